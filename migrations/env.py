@@ -1,0 +1,80 @@
+"""Alembic environment for agentcontext.
+
+Two ways in:
+
+- ``await store.initialize()`` runs the migrations inside the store's event loop: it opens an
+  async connection, begins a write transaction, takes the migration lock and hands the
+  connection to Alembic through ``config.attributes["connection"]`` (connection sharing).
+- ``alembic upgrade head`` from the command line: the database URL comes from ``-x url=...``,
+  else the ``AGENTCONTEXT_URL`` environment variable, else ``sqlalchemy.url`` in alembic.ini.
+  The same async engine set-up, transaction and lock are used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from alembic import context
+from sqlalchemy import Connection
+
+from agentcontext.store import _migrate
+from agentcontext.store._schema import VERSION_TABLE, Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def _url() -> str:
+    url = (
+        context.get_x_argument(as_dictionary=True).get("url")
+        or os.environ.get("AGENTCONTEXT_URL")
+        or config.get_main_option("sqlalchemy.url")
+    )
+    if not url:
+        raise SystemExit(
+            "No database URL: pass -x url=sqlite+aiosqlite:///path.db or set AGENTCONTEXT_URL"
+        )
+    return url
+
+
+def run_migrations_offline() -> None:
+    """Emit SQL to stdout (``alembic upgrade head --sql``)."""
+    context.configure(
+        url=_url(),
+        target_metadata=target_metadata,
+        literal_binds=True,
+        version_table=VERSION_TABLE,
+        include_name=_migrate.include_name,
+        dialect_opts={"paramstyle": "named"},
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def do_run_migrations(connection: Connection) -> None:
+    """Run the migrations on a connection that is already inside a write transaction."""
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        version_table=VERSION_TABLE,
+        include_name=_migrate.include_name,
+        compare_type=True,
+        render_as_batch=connection.dialect.name == "sqlite",
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        do_run_migrations(connection)
+        return
+    asyncio.run(_migrate.run_with_new_engine(_url(), do_run_migrations))
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

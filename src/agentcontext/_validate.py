@@ -1,0 +1,175 @@
+"""Argument checks shared by the store and the engine.
+
+Every public method validates what it is given before it touches the database, so bad input
+raises a :class:`~agentcontext.errors.ContextError` subclass and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from agentcontext.errors import InvalidInputError, InvalidTypeError, SerializationError
+
+MAX_ID_LENGTH = 255
+"""Longest id (chat, message, user) and name (branch, checkpoint) accepted."""
+
+MAX_JSON_DEPTH = 128
+"""Deepest nesting of lists and dicts accepted in stored JSON (metadata, message data)."""
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def type_name(value: object) -> str:
+    """A short name of ``value``'s type for error messages."""
+    return type(value).__name__
+
+
+def check_text(value: object, what: str) -> str:
+    """Check that ``value`` is a str that PostgreSQL and SQLite can both store."""
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{what} must be a str, got {type_name(value)}")
+    if "\x00" in value:
+        raise InvalidInputError(f"{what} contains a NUL character (\\x00); remove it")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(
+            f"{what} contains a lone surrogate and is not valid Unicode; "
+            "decode your input with errors='replace' first"
+        ) from None
+    return value
+
+
+def check_id(value: object, what: str) -> str:
+    """Check an id or a name: a non-empty str of at most 255 characters, no NUL, valid Unicode."""
+    check_text(value, what)
+    assert isinstance(value, str)
+    if not value:
+        raise InvalidInputError(f"{what} must not be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidInputError(
+            f"{what} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}"
+        )
+    return value
+
+
+def check_optional_id(value: object, what: str) -> str | None:
+    """Like :func:`check_id`, but ``None`` is accepted."""
+    return None if value is None else check_id(value, what)
+
+
+def check_optional_text(value: object, what: str) -> str | None:
+    """Like :func:`check_text`, but ``None`` is accepted."""
+    return None if value is None else check_text(value, what)
+
+
+def check_bool(value: object, what: str) -> bool:
+    """Check that ``value`` is a bool (not merely truthy)."""
+    if not isinstance(value, bool):
+        raise InvalidTypeError(f"{what} must be a bool, got {type_name(value)}")
+    return value
+
+
+def check_int(value: object, what: str, *, minimum: int | None = None) -> int:
+    """Check that ``value`` is an int (bools refused) not below ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"{what} must be an int, got {type_name(value)}")
+    if minimum is not None and value < minimum:
+        raise InvalidInputError(f"{what} must be at least {minimum}, got {value}")
+    return value
+
+
+def check_optional_int(value: object, what: str, *, minimum: int | None = None) -> int | None:
+    """Like :func:`check_int`, but ``None`` is accepted."""
+    return None if value is None else check_int(value, what, minimum=minimum)
+
+
+def check_json(value: object, what: str) -> None:
+    """Check that ``value`` can be stored as JSON with one meaning on every backend.
+
+    Accepted: str, int, float, bool, None, lists and tuples of these, and dicts with str keys.
+    Refused with :class:`SerializationError`: NaN and infinite floats, non-string keys, NUL
+    characters and lone surrogates in strings or keys, nesting deeper than
+    :data:`MAX_JSON_DEPTH`, a value that contains itself, and any other type.
+    """
+    # Iterative walk: deep input must not hit Python's recursion limit.
+    stack: list[tuple[object, str, int]] = [(value, "$", 0)]
+    active: set[int] = set()
+    exits: list[tuple[int, int]] = []  # (stack length at which to leave, id)
+    while stack:
+        while exits and len(stack) <= exits[-1][0]:
+            active.discard(exits.pop()[1])
+        item, path, depth = stack.pop()
+        if isinstance(item, str):
+            _check_json_str(item, what, path)
+        elif isinstance(item, bool) or item is None or isinstance(item, int):
+            continue
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise SerializationError(
+                    f"{what} holds {item!r} at {path}; JSON has no NaN or infinity, "
+                    "store None or a string instead"
+                )
+        elif isinstance(item, (dict, list, tuple)):
+            if depth >= MAX_JSON_DEPTH:
+                raise SerializationError(
+                    f"{what} is nested deeper than {MAX_JSON_DEPTH} levels at {path}; flatten it"
+                )
+            if id(item) in active:
+                raise SerializationError(f"{what} contains itself at {path}")
+            active.add(id(item))
+            exits.append((len(stack), id(item)))
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if not isinstance(key, str):
+                        raise SerializationError(
+                            f"{what} has a {type_name(key)} key {key!r} at {path}; "
+                            "JSON object keys must be strings"
+                        )
+                    _check_json_str(key, what, f"{path} (key)")
+                    stack.append((child, f"{path}.{key}", depth + 1))
+            else:
+                for index, child in enumerate(item):
+                    stack.append((child, f"{path}[{index}]", depth + 1))
+        else:
+            raise SerializationError(
+                f"{what} holds a {type_name(item)} at {path}, which JSON cannot represent; "
+                "convert it to str, int, float, bool, None, list or dict"
+            )
+
+
+def _check_json_str(text: str, what: str, path: str) -> None:
+    if "\x00" in text:
+        raise SerializationError(
+            f"{what} has a NUL character (\\x00) at {path}; PostgreSQL cannot store it, remove it"
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SerializationError(
+            f"{what} has a lone surrogate at {path} and is not valid Unicode"
+        ) from None
+
+
+def check_json_object(value: object, what: str) -> dict[str, Any]:
+    """Check a JSON object (metadata): a dict with str keys and storable values."""
+    if not isinstance(value, Mapping):
+        raise InvalidTypeError(f"{what} must be a dict, got {type_name(value)}")
+    value = dict(value)
+    check_json(value, what)
+    return value
+
+
+def dumps(value: object) -> str:
+    """Serialise already-checked JSON compactly (the one serializer the store uses)."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def check_str_list(values: object, what: str) -> list[str]:
+    """Check an iterable of ids/names (not a bare str)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise InvalidTypeError(f"{what} must be a list of str, got {type_name(values)}")
+    return [check_id(v, f"{what}[{i}]") for i, v in enumerate(values)]

@@ -1,0 +1,161 @@
+"""The exceptions agentcontext raises.
+
+Every error the library raises derives from :class:`ContextError`, so one ``except ContextError``
+catches them all. Errors about bad arguments also derive from the matching built-in
+(``ValueError`` or ``TypeError``), so code that already catches those keeps working.
+No raw driver exception (sqlite3, asyncpg, SQLAlchemy) escapes a public method for a condition
+the library can name.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BranchExistsError",
+    "BranchNotFoundError",
+    "ChatExistsError",
+    "ChatNotFoundError",
+    "ChatOwnershipError",
+    "CheckpointNotFoundError",
+    "ContextError",
+    "EmptyConversationError",
+    "FragmentLoadError",
+    "HeadConflictError",
+    "InvalidGraphError",
+    "InvalidInputError",
+    "InvalidTypeError",
+    "MessageNotFoundError",
+    "ModelNotFoundError",
+    "NotFoundError",
+    "SchemaOutdatedError",
+    "SearchQueryError",
+    "SerializationError",
+    "SnapshotError",
+    "StoreError",
+    "StoreUnavailableError",
+]
+
+
+class ContextError(Exception):
+    """Root of every error raised by agentcontext."""
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+
+class InvalidInputError(ContextError, ValueError):
+    """An argument has the right type but a value the library cannot accept.
+
+    The message names the argument and says what a valid value looks like.
+    """
+
+
+class InvalidTypeError(InvalidInputError, TypeError):
+    """An argument has the wrong type. The message names the argument and the expected type."""
+
+
+class SerializationError(InvalidInputError):
+    """A value cannot be stored as JSON or converted to or from a serialized fragment.
+
+    Raised for NaN or infinite floats, non-string dict keys, NUL characters, lone surrogates,
+    values nested too deeply, self-containing values, objects JSON cannot represent, and
+    serialized fragments of an unknown type.
+    """
+
+
+class SearchQueryError(InvalidInputError):
+    """An advanced full-text query has a syntax error. Plain queries never raise this."""
+
+
+# --- lookups ---------------------------------------------------------------------------------
+
+
+class NotFoundError(ContextError, LookupError):
+    """Something the call needs does not exist."""
+
+
+class ChatNotFoundError(NotFoundError):
+    """The chat does not exist (or belongs to another user where a user id was given)."""
+
+
+class MessageNotFoundError(NotFoundError):
+    """The message does not exist in this chat."""
+
+
+class BranchNotFoundError(NotFoundError):
+    """The branch does not exist in this chat."""
+
+
+class CheckpointNotFoundError(NotFoundError):
+    """The checkpoint does not exist in this chat."""
+
+
+# --- conflicts and graph rules ---------------------------------------------------------------
+
+
+class ChatExistsError(ContextError):
+    """A chat with this id already exists; use ``upsert_chat`` to reuse it."""
+
+
+class BranchExistsError(ContextError):
+    """A branch with this name already exists in the chat."""
+
+
+class ChatOwnershipError(ContextError):
+    """The chat belongs to another user."""
+
+
+class InvalidGraphError(ContextError):
+    """The operation would break the message graph, or the stored graph is inconsistent.
+
+    Raised for a message that would be its own parent, a parent in another chat, a change of
+    parent that would create a cycle, and a stored chain that loops or is broken.
+    """
+
+
+class HeadConflictError(ContextError):
+    """Other writers kept moving the branch head; the save gave up after bounded retries.
+
+    Nothing was written. Retry the save, or reduce the number of concurrent writers per chat.
+    """
+
+
+class EmptyConversationError(ContextError):
+    """The operation needs at least one saved message on the branch."""
+
+
+class FragmentLoadError(ContextError):
+    """Loading lazy fragment data failed.
+
+    ``path`` names the fragment (``parent.child``); the original exception is chained as
+    ``__cause__``.
+    """
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class ModelNotFoundError(ContextError, LookupError):
+    """No price or context-limit data is known for this model id; register it first."""
+
+
+class SnapshotError(ContextError):
+    """A context snapshot cannot be changed or stored as asked (for example, it is frozen)."""
+
+
+# --- the database ----------------------------------------------------------------------------
+
+
+class StoreError(ContextError):
+    """The database reported an error the library has no more specific name for."""
+
+
+class StoreUnavailableError(StoreError):
+    """The database cannot be reached. The message shows the URL with its password hidden."""
+
+
+class SchemaOutdatedError(StoreError):
+    """The database schema is not at the revision this version of agentcontext needs.
+
+    The message gives the exact command that upgrades it.
+    """

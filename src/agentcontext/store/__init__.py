@@ -1,0 +1,39 @@
+"""Stores: where the conversation graph lives.
+
+``SqlContextStore`` keeps it in SQLite or PostgreSQL; ``InMemoryContextStore`` in an SQLite
+in-memory database. Both implement the abstract :class:`ContextStore`.
+"""
+
+from __future__ import annotations
+
+from agentcontext.store.base import AppendResult, ContextStore
+from agentcontext.store.records import (
+    Branch,
+    BranchInfo,
+    Chat,
+    ChatInfo,
+    ChatUpdate,
+    Checkpoint,
+    Graph,
+    GraphNode,
+    MessageRecord,
+    SearchResult,
+)
+from agentcontext.store.sql import InMemoryContextStore, SqlContextStore
+
+__all__ = [
+    "AppendResult",
+    "Branch",
+    "BranchInfo",
+    "Chat",
+    "ChatInfo",
+    "ChatUpdate",
+    "Checkpoint",
+    "ContextStore",
+    "Graph",
+    "GraphNode",
+    "InMemoryContextStore",
+    "MessageRecord",
+    "SearchResult",
+    "SqlContextStore",
+]

@@ -1,0 +1,357 @@
+"""Everything that differs between SQLite and PostgreSQL, in one place.
+
+- engine set-up (SQLite pragmas and write-lock-up-front transactions; PostgreSQL pre-ping),
+- the upsert construct,
+- full-text search (FTS5 vs tsvector) and the DDL that creates its objects,
+- the metadata filter of ``list_chats`` (``json_each`` vs ``@>``),
+- the migration lock (the write lock vs an advisory lock),
+- recognising driver errors (unique violations, lost connections).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Select,
+    Table,
+    and_,
+    bindparam,
+    column,
+    event,
+    exists,
+    func,
+    literal_column,
+    select,
+    table,
+    text,
+    type_coerce,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import StaticPool
+
+from agentcontext._validate import dumps
+from agentcontext.errors import InvalidInputError
+from agentcontext.store import _schema as s
+
+WRITE_OPTION = "agentcontext_write"
+"""Execution option marking a connection whose next transaction writes (SQLite: BEGIN IMMEDIATE)."""
+
+SNIPPET_OPEN = "<mark>"
+SNIPPET_CLOSE = "</mark>"
+_MIGRATION_LOCK_KEY = 0x61676E7463747800 >> 8  # "agntctx", fits a signed bigint
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def plain_terms(query: str) -> list[str]:
+    """Split plain user text into the words every backend searches for (all must match)."""
+    return _WORD.findall(query)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """The dialect-specific half of the store."""
+
+    name: str
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.name == "sqlite"
+
+    # --- statements ------------------------------------------------------------------------
+
+    def insert(self, table: Table) -> Any:
+        """An INSERT supporting ``on_conflict_do_update`` / ``on_conflict_do_nothing``."""
+        return sqlite.insert(table) if self.is_sqlite else postgresql.insert(table)
+
+    def metadata_filter(self, column: Any, wanted: Mapping[str, str | int | bool]) -> Any:
+        """A WHERE clause matching chats whose top-level metadata has every key/value given.
+
+        Values match by JSON type and value (``True`` does not match ``1``). Keys and values are
+        bound parameters.
+        """
+        if not self.is_sqlite:
+            return type_coerce(column, postgresql.JSONB()).contains(dict(wanted))
+        clauses = []
+        for key, value in wanted.items():
+            each = func.json_each(column).table_valued("key", "value", "type")
+            if isinstance(value, bool):
+                cond = each.c.type == ("true" if value else "false")
+            elif isinstance(value, int):
+                cond = and_(each.c.type == "integer", each.c.value == value)
+            else:
+                cond = and_(each.c.type == "text", each.c.value == value)
+            clauses.append(
+                exists(
+                    select(literal_column("1"))
+                    .select_from(each)
+                    .where(and_(each.c.key == key, cond))
+                )
+            )
+        return and_(*clauses)
+
+    def search(
+        self,
+        terms: Sequence[str],
+        *,
+        scope: ColumnElement[bool],
+        limit: int,
+    ) -> Select[Any]:
+        """A ranked full-text query over ``messages`` restricted by ``scope``.
+
+        Selects the message columns, ``rank`` (higher is better) and ``snippet``.
+        """
+        m = s.messages
+        cols = [m.c.id, m.c.chat_id, m.c.parent_id, m.c.name, m.c.type, m.c.data, m.c.created_at]
+        if self.is_sqlite:
+            fts = table("messages_fts", column("rowid"), column("search_text"))
+            fts_ref: ColumnElement[Any] = literal_column("messages_fts")
+            match = " ".join('"' + term.replace('"', '""') + '"' for term in terms)
+            rank = (-func.bm25(fts_ref)).label("rank")
+            snippet = func.snippet(fts_ref, 0, SNIPPET_OPEN, SNIPPET_CLOSE, "…", 16).label(
+                "snippet"
+            )
+            return (
+                select(*cols, rank, snippet)
+                .select_from(m.join(fts, m.c.seq == fts.c.rowid))
+                .where(fts_ref.op("MATCH")(bindparam("fts_query", match)), scope)
+                .order_by(rank.desc(), m.c.seq.desc())
+                .limit(limit)
+            )
+        query = func.plainto_tsquery(literal_column("'simple'"), " ".join(terms))
+        vector = func.to_tsvector(literal_column("'simple'"), m.c.search_text)
+        rank = func.ts_rank(vector, query).label("rank")
+        snippet = func.ts_headline(
+            literal_column("'simple'"),
+            m.c.search_text,
+            query,
+            f"StartSel={SNIPPET_OPEN}, StopSel={SNIPPET_CLOSE}, MaxWords=24, MinWords=8, "
+            'MaxFragments=2, FragmentDelimiter=" … "',
+        ).label("snippet")
+        return (
+            select(*cols, rank, snippet)
+            .where(vector.op("@@")(query), scope)
+            .order_by(rank.desc(), m.c.seq.desc())
+            .limit(limit)
+        )
+
+    # --- DDL for objects SQLAlchemy cannot model -------------------------------------------
+
+    def search_index_ddl(self) -> list[str]:
+        """Statements creating the full-text objects not expressible as SQLAlchemy models."""
+        if not self.is_sqlite:
+            return []  # the GIN expression index is part of the models
+        return [
+            "CREATE VIRTUAL TABLE messages_fts USING fts5("
+            "search_text, content='messages', content_rowid='seq', "
+            "tokenize='unicode61 remove_diacritics 0')",
+            "CREATE TRIGGER messages_fts_ai AFTER INSERT ON messages BEGIN "
+            "INSERT INTO messages_fts(rowid, search_text) VALUES (new.seq, new.search_text); END",
+            "CREATE TRIGGER messages_fts_ad AFTER DELETE ON messages BEGIN "
+            "INSERT INTO messages_fts(messages_fts, rowid, search_text) "
+            "VALUES ('delete', old.seq, old.search_text); END",
+            "CREATE TRIGGER messages_fts_au AFTER UPDATE OF search_text ON messages BEGIN "
+            "INSERT INTO messages_fts(messages_fts, rowid, search_text) "
+            "VALUES ('delete', old.seq, old.search_text); "
+            "INSERT INTO messages_fts(rowid, search_text) VALUES (new.seq, new.search_text); END",
+        ]
+
+    def search_index_drop_ddl(self) -> list[str]:
+        """Statements dropping what :meth:`search_index_ddl` created."""
+        if not self.is_sqlite:
+            return []
+        return [
+            "DROP TRIGGER IF EXISTS messages_fts_au",
+            "DROP TRIGGER IF EXISTS messages_fts_ad",
+            "DROP TRIGGER IF EXISTS messages_fts_ai",
+            "DROP TABLE IF EXISTS messages_fts",
+        ]
+
+    # --- locks ------------------------------------------------------------------------------
+
+    def take_migration_lock(self, connection: Connection) -> None:
+        """Serialise concurrent migrations (called inside the migration's transaction).
+
+        SQLite already holds the write lock (the transaction began IMMEDIATE); PostgreSQL takes
+        a transaction-scoped advisory lock, released at commit.
+        """
+        if not self.is_sqlite:
+            connection.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY}
+            )
+
+    # --- errors -----------------------------------------------------------------------------
+
+    def is_unique_violation(self, exc: BaseException) -> bool:
+        """True for a unique-constraint violation reported by the driver."""
+        orig = getattr(exc, "orig", exc)
+        if self.is_sqlite:
+            return "UNIQUE constraint failed" in str(orig)
+        return _sqlstate(orig) == "23505"
+
+    def is_foreign_key_violation(self, exc: BaseException) -> bool:
+        """True for a foreign-key violation reported by the driver."""
+        orig = getattr(exc, "orig", exc)
+        if self.is_sqlite:
+            return "FOREIGN KEY constraint failed" in str(orig)
+        return _sqlstate(orig) == "23503"
+
+
+def _sqlstate(orig: BaseException) -> str | None:
+    for attr in ("sqlstate", "pgcode"):
+        value = getattr(orig, attr, None)
+        if isinstance(value, str):
+            return value
+    cause = getattr(orig, "__cause__", None)
+    if cause is not None and cause is not orig:
+        value = getattr(cause, "sqlstate", None)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """True when the database could not be reached or the connection was lost."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (OSError, ConnectionError, TimeoutError)):
+            return True
+        name = type(current).__name__
+        if name in {
+            "ConnectionDoesNotExistError",
+            "CannotConnectNowError",
+            "ConnectionFailureError",
+            "InterfaceError",
+            "TooManyConnectionsError",
+            "AdminShutdownError",
+            "InternalClientError",
+        }:
+            return True
+        message = str(current)
+        if "unable to open database file" in message or "connection was closed" in message:
+            return True
+        nxt = getattr(current, "orig", None) or current.__cause__ or current.__context__
+        current = nxt if isinstance(nxt, BaseException) else None
+    return False
+
+
+def dialect_for(engine: AsyncEngine) -> Dialect:
+    """The :class:`Dialect` of an engine; only SQLite and PostgreSQL are supported."""
+    name = engine.dialect.name
+    if name not in ("sqlite", "postgresql"):
+        raise InvalidInputError(
+            f"agentcontext supports SQLite and PostgreSQL, not {name!r}; use a "
+            "sqlite+aiosqlite:// or postgresql+asyncpg:// URL"
+        )
+    return Dialect(name)
+
+
+def is_memory_sqlite(url: URL) -> bool:
+    """True for an in-memory SQLite URL."""
+    database = url.database or ""
+    return url.get_backend_name() == "sqlite" and (
+        database in ("", ":memory:") or "mode=memory" in str(url.query)
+    )
+
+
+def create_engine(url: str | URL, **options: Any) -> AsyncEngine:
+    """Create an async engine configured for agentcontext.
+
+    SQLite (aiosqlite): WAL journal, ``foreign_keys=ON``, a busy timeout
+    (``sqlite_busy_timeout`` seconds, default 30), ``synchronous=NORMAL``, and transactions that
+    begin ``IMMEDIATE`` when they will write, so a read-then-write transaction never fails with
+    "database is locked". In-memory databases share one connection.
+
+    PostgreSQL (asyncpg): ``pool_pre_ping=True`` and a connect timeout
+    (``postgres_connect_timeout`` seconds, default 10).
+    """
+    parsed = make_url(url) if isinstance(url, str) else url
+    backend = parsed.get_backend_name()
+    options = dict(options)
+    options.setdefault("json_serializer", dumps)
+    if backend == "sqlite":
+        if parsed.get_driver_name() != "aiosqlite":
+            raise InvalidInputError(
+                "use the aiosqlite driver for SQLite: sqlite+aiosqlite://... "
+                f"(got {parsed.drivername})"
+            )
+        busy_timeout = float(options.pop("sqlite_busy_timeout", 30.0))
+        connect_args = dict(options.pop("connect_args", {}))
+        connect_args.setdefault("timeout", busy_timeout)
+        memory = is_memory_sqlite(parsed)
+        if memory:
+            options.setdefault("poolclass", StaticPool)
+            connect_args.setdefault("check_same_thread", False)
+        engine = create_async_engine(parsed, connect_args=connect_args, **options)
+        install_sqlite_hooks(engine)
+        return engine
+    if backend == "postgresql":
+        if parsed.get_driver_name() != "asyncpg":
+            raise InvalidInputError(
+                f"use the asyncpg driver for PostgreSQL: postgresql+asyncpg://... "
+                f"(got {parsed.drivername})"
+            )
+        connect_timeout = float(options.pop("postgres_connect_timeout", 10.0))
+        connect_args = dict(options.pop("connect_args", {}))
+        connect_args.setdefault("timeout", connect_timeout)
+        options.setdefault("pool_pre_ping", True)
+        return create_async_engine(parsed, connect_args=connect_args, **options)
+    raise InvalidInputError(
+        f"agentcontext supports SQLite and PostgreSQL, not {backend!r}; use a "
+        "sqlite+aiosqlite:// or postgresql+asyncpg:// URL"
+    )
+
+
+def install_sqlite_hooks(engine: AsyncEngine) -> None:
+    """Install the SQLite connection pragmas and the BEGIN / BEGIN IMMEDIATE hook (once)."""
+    sync_engine = engine.sync_engine
+    if sync_engine.__dict__.get("_agentcontext_hooks"):
+        return
+    sync_engine.__dict__["_agentcontext_hooks"] = True
+    memory = is_memory_sqlite(engine.url)
+
+    @event.listens_for(sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take over transaction control from the driver (see the "begin" hook below). The busy
+        # timeout is the driver's connect(timeout=...).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            if not memory:
+                cursor.execute("PRAGMA journal_mode = WAL")
+                cursor.execute("PRAGMA synchronous = NORMAL")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(sync_engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        write = connection.get_execution_options().get(WRITE_OPTION, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+__all__ = [
+    "SNIPPET_CLOSE",
+    "SNIPPET_OPEN",
+    "WRITE_OPTION",
+    "Dialect",
+    "create_engine",
+    "dialect_for",
+    "is_connection_error",
+    "install_sqlite_hooks",
+    "is_memory_sqlite",
+    "plain_terms",
+]

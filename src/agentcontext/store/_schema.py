@@ -1,0 +1,205 @@
+"""The database schema: SQLAlchemy 2.0 typed models, the single source the migrations match.
+
+Full-text search needs objects SQLAlchemy cannot model (an FTS5 virtual table and its
+triggers on SQLite, an expression GIN index on PostgreSQL); they are declared in
+:mod:`agentcontext.store._dialect` and created by the migrations.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    false,
+    func,
+    literal_column,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+__all__ = [
+    "VERSION_TABLE",
+    "Base",
+    "BranchRow",
+    "ChatRow",
+    "CheckpointRow",
+    "MessageRow",
+    "UTCDateTime",
+]
+
+VERSION_TABLE = "agentcontext_version"
+"""Alembic's version table, named so it never clashes with an application's own Alembic."""
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """An aware UTC datetime with microsecond precision on every backend.
+
+    PostgreSQL stores ``timestamptz``. SQLite stores fixed-width ISO-8601 text
+    (``2026-01-02T03:04:05.678901+00:00``), which sorts in time order.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(String(32))
+        return dialect.type_descriptor(DateTime(timezone=True))
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given; agentcontext stores aware UTC datetimes")
+        value = value.astimezone(UTC)
+        if dialect.name == "sqlite":
+            return value.isoformat(timespec="microseconds")
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            return datetime.fromisoformat(value)
+        assert isinstance(value, datetime)
+        return value.astimezone(UTC)
+
+
+JSONDocument = JSON().with_variant(JSONB(), "postgresql")
+"""JSON on SQLite (stored as text), JSONB on PostgreSQL."""
+
+
+class Base(DeclarativeBase):
+    """Declarative base carrying the constraint naming convention."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class ChatRow(Base):
+    """A conversation. ``updated_at`` is its last activity (a save counts)."""
+
+    __tablename__ = "chats"
+
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(255))
+    title: Mapped[str | None] = mapped_column(Text)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONDocument)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        Index("ix_chats_user_id_updated_at_id", "user_id", "updated_at", "id"),
+        Index("ix_chats_updated_at_id", "updated_at", "id"),
+    )
+
+
+class MessageRow(Base):
+    """A node of the graph.
+
+    ``seq`` is an internal surrogate key (the SQLite rowid the FTS index points at, and a
+    stable insertion order). ``depth`` is the length of the chain ending at this message
+    (a root has depth 1): it bounds chain walks and makes branch lengths free to read.
+    ``search_text`` is the text the full-text index covers (text and reasoning parts and
+    tool names), extracted when the message is written.
+    """
+
+    __tablename__ = "messages"
+
+    seq: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    id: Mapped[str] = mapped_column(String(255), unique=True)
+    chat_id: Mapped[str] = mapped_column(String(255), ForeignKey("chats.id", ondelete="CASCADE"))
+    parent_id: Mapped[str | None] = mapped_column(String(255), ForeignKey("messages.id"))
+    depth: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(255))
+    type: Mapped[str] = mapped_column(String(64))
+    data: Mapped[Any] = mapped_column(JSONDocument, nullable=True)
+    search_text: Mapped[str] = mapped_column(Text, server_default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        Index("ix_messages_chat_id_parent_id", "chat_id", "parent_id"),
+        # Foreign-key checks on delete look children up by parent alone.
+        Index("ix_messages_parent_id", "parent_id"),
+        # PostgreSQL full-text index; SQLite uses the FTS5 table of _dialect instead.
+        Index(
+            "ix_messages_search_text_tsv",
+            func.to_tsvector(literal_column("'simple'"), text("search_text")),
+            postgresql_using="gin",
+        ).ddl_if(dialect="postgresql"),
+    )
+
+
+class BranchRow(Base):
+    """A named pointer to a head message; a partial unique index keeps one active per chat."""
+
+    __tablename__ = "branches"
+
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    chat_id: Mapped[str] = mapped_column(String(255), ForeignKey("chats.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(255))
+    head_message_id: Mapped[str | None] = mapped_column(String(255), ForeignKey("messages.id"))
+    is_active: Mapped[bool] = mapped_column(
+        Boolean(create_constraint=False), server_default=false()
+    )
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("chat_id", "name"),
+        Index("ix_branches_head_message_id", "head_message_id"),
+        Index(
+            "uq_branches_chat_id_active",
+            "chat_id",
+            unique=True,
+            sqlite_where=text("is_active"),
+            postgresql_where=text("is_active"),
+        ),
+    )
+
+
+class CheckpointRow(Base):
+    """A named pointer to any message of a chat; names are unique per chat."""
+
+    __tablename__ = "checkpoints"
+
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    chat_id: Mapped[str] = mapped_column(String(255), ForeignKey("chats.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(255))
+    message_id: Mapped[str] = mapped_column(String(255), ForeignKey("messages.id"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("chat_id", "name"),
+        Index("ix_checkpoints_message_id", "message_id"),
+    )
+
+
+chats = cast(Table, ChatRow.__table__)
+messages = cast(Table, MessageRow.__table__)
+branches = cast(Table, BranchRow.__table__)
+checkpoints = cast(Table, CheckpointRow.__table__)

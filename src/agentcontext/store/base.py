@@ -1,0 +1,303 @@
+"""The abstract store interface the engine talks to."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict
+
+from agentcontext.store.records import (
+    Branch,
+    BranchInfo,
+    Chat,
+    ChatInfo,
+    ChatUpdate,
+    Checkpoint,
+    Graph,
+    MessageRecord,
+    SearchResult,
+)
+
+__all__ = ["AppendResult", "ContextStore"]
+
+
+class AppendResult(BaseModel):
+    """Outcome of :meth:`ContextStore.append_messages`.
+
+    ``ok`` is False when the branch head was not ``expected_head``; nothing was written and
+    ``head_message_id`` is the head found instead.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool
+    head_message_id: str | None
+
+
+class ContextStore(abc.ABC):
+    """Where chats, the message graph, branches and checkpoints live.
+
+    Every method is a coroutine and runs in its own transaction: it applies wholly or not at
+    all. ``get_*`` methods return ``None`` for something that does not exist; methods that act
+    on a chat raise :class:`~agentcontext.ChatNotFoundError` when it does not exist.
+    """
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def initialize(self) -> None:  # noqa: B027 - optional hook
+        """Prepare the store (migrate or check the schema). Idempotent."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the store owns."""
+
+    async def __aenter__(self) -> Self:
+        await self.initialize()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # --- chats ------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def create_chat(
+        self,
+        chat_id: str,
+        *,
+        user_id: str,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Chat:
+        """Create a chat and its active ``main`` branch.
+
+        Raises :class:`~agentcontext.ChatExistsError` if the id is taken.
+        """
+
+    @abc.abstractmethod
+    async def upsert_chat(
+        self,
+        chat_id: str,
+        *,
+        user_id: str,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Chat:
+        """Create the chat (with its ``main`` branch) unless it exists; return the stored chat.
+
+        An existing chat is returned unchanged, whoever owns it: compare ``user_id`` to decide.
+        """
+
+    @abc.abstractmethod
+    async def get_chat(self, chat_id: str) -> Chat | None:
+        """The chat, or None."""
+
+    @abc.abstractmethod
+    async def update_chat(self, chat_id: str, updater: Callable[[Chat], ChatUpdate | None]) -> Chat:
+        """Atomic read-modify-write of a chat under a lock.
+
+        ``updater`` gets the current chat and returns the fields to change (a
+        :class:`~agentcontext.ChatUpdate`) or None to change nothing. Concurrent updates are
+        serialised, so none is lost. Returns the chat as stored afterwards.
+        """
+
+    @abc.abstractmethod
+    async def list_chats(
+        self,
+        *,
+        user_id: str | None = None,
+        metadata: Mapping[str, str | int | bool] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[ChatInfo]:
+        """Chats, newest activity first (ties broken by id, descending).
+
+        ``metadata`` keeps chats whose top-level metadata has every given key with exactly that
+        str, int or bool value.
+        """
+
+    @abc.abstractmethod
+    async def delete_chat(self, chat_id: str, *, user_id: str | None = None) -> bool:
+        """Delete a chat with its messages, branches, checkpoints and index entries.
+
+        With ``user_id`` the chat is deleted only if that user owns it (case-sensitive).
+        Returns False for an unknown chat or another user's chat.
+        """
+
+    # --- messages ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def add_message(self, message: MessageRecord) -> MessageRecord:
+        """Insert a message, or update the name, type and data of an existing one.
+
+        An update never changes ``parent_id``, ``chat_id`` or ``created_at``. Returns the
+        stored record.
+        """
+
+    @abc.abstractmethod
+    async def add_messages(self, messages: Sequence[MessageRecord]) -> list[MessageRecord]:
+        """:meth:`add_message` for many messages in one transaction (a parent may come earlier
+        in the same batch)."""
+
+    @abc.abstractmethod
+    async def get_message(self, message_id: str) -> MessageRecord | None:
+        """The message, or None."""
+
+    @abc.abstractmethod
+    async def get_message_chain(
+        self, head_id: str, *, after: str | None = None
+    ) -> list[MessageRecord]:
+        """The chain ending at ``head_id``, root first, however long.
+
+        With ``after``, only the part of the chain that comes after that message (which must be
+        an ancestor of the head, else :class:`~agentcontext.InvalidGraphError`). A cycle or a
+        broken chain in stored data raises :class:`~agentcontext.InvalidGraphError`.
+        """
+
+    @abc.abstractmethod
+    async def get_messages(self, chat_id: str) -> list[MessageRecord]:
+        """The chain of the chat's active branch, root first."""
+
+    @abc.abstractmethod
+    async def has_children(self, message_id: str) -> bool:
+        """Whether any message has this one as its parent."""
+
+    @abc.abstractmethod
+    async def set_message_parent(self, message_id: str, parent_id: str | None) -> None:
+        """Re-parent a message (and so its whole subtree).
+
+        Refused with :class:`~agentcontext.InvalidGraphError` for a self-parent, a parent in
+        another chat, or a parent inside the message's own subtree (a cycle).
+        """
+
+    @abc.abstractmethod
+    async def is_ancestor(self, ancestor_id: str, message_id: str) -> bool:
+        """Whether ``ancestor_id`` is on the chain ending at ``message_id`` (itself included)."""
+
+    # --- branches ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def create_branch(
+        self,
+        chat_id: str,
+        name: str,
+        *,
+        head_message_id: str | None = None,
+        activate: bool = False,
+    ) -> Branch:
+        """Create a branch. Raises :class:`~agentcontext.BranchExistsError` for a taken name."""
+
+    @abc.abstractmethod
+    async def fork_branch(
+        self,
+        chat_id: str,
+        base_name: str,
+        *,
+        head_message_id: str | None,
+        activate: bool,
+        messages: Sequence[MessageRecord] = (),
+    ) -> Branch:
+        """Create the next free branch ``{base_name}-vN`` (N = 2, 3, …) atomically.
+
+        The new branch starts at ``head_message_id``; ``messages`` (chained, the first one's
+        parent being ``head_message_id``) are written in the same transaction and the head
+        moves to the last of them. Names never collide, even between processes.
+        """
+
+    @abc.abstractmethod
+    async def get_branch(self, chat_id: str, name: str) -> Branch | None:
+        """The branch of that name, or None."""
+
+    @abc.abstractmethod
+    async def get_branch_by_id(self, branch_id: str) -> Branch | None:
+        """The branch with that id, or None."""
+
+    @abc.abstractmethod
+    async def get_active_branch(self, chat_id: str) -> Branch | None:
+        """The chat's active branch, or None for an unknown chat."""
+
+    @abc.abstractmethod
+    async def set_active_branch(self, chat_id: str, branch_id: str) -> Branch:
+        """Make this branch the chat's only active branch."""
+
+    @abc.abstractmethod
+    async def update_branch_head(
+        self, branch_id: str, message_id: str | None, expected_head: str | None
+    ) -> bool:
+        """Compare-and-swap the head: move it to ``message_id`` only if it is
+        ``expected_head``. Returns whether it moved."""
+
+    @abc.abstractmethod
+    async def append_messages(
+        self,
+        branch_id: str,
+        messages: Sequence[MessageRecord],
+        *,
+        expected_head: str | None,
+    ) -> AppendResult:
+        """Write messages and move the branch head to the last of them, atomically.
+
+        Only if the head is still ``expected_head`` (compare-and-swap); otherwise nothing is
+        written. Counts as chat activity.
+        """
+
+    @abc.abstractmethod
+    async def list_branches(self, chat_id: str) -> list[BranchInfo]:
+        """The chat's branches, oldest first, with their chain lengths."""
+
+    # --- checkpoints ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def create_checkpoint(self, chat_id: str, name: str, message_id: str) -> Checkpoint:
+        """Create a checkpoint, or move an existing one of that name to ``message_id``."""
+
+    @abc.abstractmethod
+    async def get_checkpoint(self, chat_id: str, name: str) -> Checkpoint | None:
+        """The checkpoint of that name, or None."""
+
+    @abc.abstractmethod
+    async def list_checkpoints(self, chat_id: str) -> list[Checkpoint]:
+        """The chat's checkpoints, newest first."""
+
+    @abc.abstractmethod
+    async def delete_checkpoint(self, chat_id: str, name: str) -> bool:
+        """Delete a checkpoint; False if there was none of that name."""
+
+    # --- search and graph -------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def search_messages(
+        self,
+        chat_id: str,
+        query: str,
+        *,
+        roles: Sequence[str] | None = None,
+        limit: int = 20,
+    ) -> list[SearchResult]:
+        """Full-text search over every branch of a chat; best match first.
+
+        ``query`` is plain text: every word must occur; quotes, operators and punctuation are
+        just text, so it never raises a syntax error.
+        """
+
+    @abc.abstractmethod
+    async def search_user_messages(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        roles: Sequence[str] | None = None,
+        limit: int = 20,
+    ) -> list[SearchResult]:
+        """:meth:`search_messages` over all chats of one user; each hit names its chat."""
+
+    @abc.abstractmethod
+    async def get_graph(self, chat_id: str) -> Graph:
+        """Every message, branch and checkpoint of the chat."""

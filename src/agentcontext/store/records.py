@@ -1,0 +1,146 @@
+"""The records a :class:`~agentcontext.ContextStore` reads and writes.
+
+They are immutable pydantic models. Timestamps are timezone-aware UTC ``datetime`` objects with
+microsecond precision on both backends.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+__all__ = [
+    "Branch",
+    "BranchInfo",
+    "Chat",
+    "ChatInfo",
+    "ChatUpdate",
+    "Checkpoint",
+    "Graph",
+    "GraphNode",
+    "MessageRecord",
+    "SearchResult",
+    "utcnow",
+]
+
+
+def utcnow() -> datetime:
+    """The current time as an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Chat(_Record):
+    """A conversation owned by one user."""
+
+    id: str
+    user_id: str
+    title: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: AwareDatetime
+    updated_at: AwareDatetime
+    """Time of the last activity: creation, a save, or an update of title or metadata."""
+
+
+class ChatInfo(Chat):
+    """A chat with counts, as returned by ``list_chats``."""
+
+    message_count: int
+    """Every message of the chat, on all branches."""
+    branch_count: int
+
+
+class ChatUpdate(BaseModel):
+    """What ``update_chat``'s updater wants changed.
+
+    Only the fields given explicitly are applied: ``ChatUpdate(title=None)`` clears the title,
+    ``ChatUpdate()`` changes nothing but still counts as activity. ``metadata`` replaces the
+    whole dict (merge it in the updater if you want a merge).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class MessageRecord(_Record):
+    """A node of the conversation graph.
+
+    ``name`` is the role for message nodes (``"user"``, ``"assistant"``, ``"system"``);
+    ``data`` is the JSON the fragment's codec encoded.
+    """
+
+    id: str
+    chat_id: str
+    parent_id: str | None = None
+    name: str
+    type: str = "message"
+    data: Any = None
+    created_at: AwareDatetime = Field(default_factory=utcnow)
+
+
+class Branch(_Record):
+    """A named pointer to a head message. Exactly one branch per chat is active."""
+
+    id: str
+    chat_id: str
+    name: str
+    head_message_id: str | None = None
+    is_active: bool = False
+    created_at: AwareDatetime
+
+
+class BranchInfo(Branch):
+    """A branch with the length of its chain."""
+
+    message_count: int
+
+
+class Checkpoint(_Record):
+    """A named pointer to any message of a chat."""
+
+    id: str
+    chat_id: str
+    name: str
+    message_id: str
+    created_at: AwareDatetime
+
+
+class SearchResult(_Record):
+    """A full-text hit. ``rank`` is higher for better matches on every backend."""
+
+    message: MessageRecord
+    rank: float
+    snippet: str
+    """The matching text with hits wrapped in ``<mark>``…``</mark>``."""
+
+    @property
+    def chat_id(self) -> str:
+        """The chat the hit belongs to (useful for user-wide searches)."""
+        return self.message.chat_id
+
+
+class GraphNode(_Record):
+    """A message as shown in a graph view."""
+
+    id: str
+    parent_id: str | None
+    role: str
+    preview: str
+    """The message text (text parts only), at most 50 characters plus an ellipsis."""
+    created_at: AwareDatetime
+
+
+class Graph(_Record):
+    """The whole conversation graph of a chat: every message, branch and checkpoint."""
+
+    chat_id: str
+    nodes: list[GraphNode]
+    branches: list[BranchInfo]
+    checkpoints: list[Checkpoint]

@@ -1,0 +1,48 @@
+"""Small builders shared by the tests."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from agentcontext.store import MessageRecord
+
+
+def msg_data(text: str, role: str = "user", **extra: Any) -> dict[str, Any]:
+    """Message JSON as the engine stores it."""
+    return {
+        "id": uuid.uuid4().hex,
+        "role": role,
+        "parts": [{"type": "text", "text": text}],
+        **extra,
+    }
+
+
+def rec(
+    id: str,
+    chat_id: str,
+    parent_id: str | None = None,
+    text: str | None = None,
+    role: str = "user",
+    data: Any = None,
+) -> MessageRecord:
+    """A MessageRecord with message-shaped data."""
+    return MessageRecord(
+        id=id,
+        chat_id=chat_id,
+        parent_id=parent_id,
+        name=role,
+        data=data if data is not None else msg_data(text if text is not None else id, role),
+    )
+
+
+def chain(
+    chat_id: str, n: int, *, prefix: str = "m", parent: str | None = None
+) -> list[MessageRecord]:
+    """n messages chained one after another, the first one's parent being ``parent``."""
+    out = []
+    for i in range(n):
+        role = "user" if i % 2 == 0 else "assistant"
+        out.append(rec(f"{prefix}{i}", chat_id, parent, f"{prefix} message {i}", role))
+        parent = f"{prefix}{i}"
+    return out

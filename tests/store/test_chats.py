@@ -1,0 +1,206 @@
+"""Chats: create, upsert, get, update, list, delete — on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC
+
+import pytest
+
+from agentcontext import errors
+from agentcontext.store import ChatUpdate, SqlContextStore
+from tests.helpers import chain
+
+
+async def test_create_chat_has_aware_timestamps_and_an_active_main_branch(
+    store: SqlContextStore,
+) -> None:
+    chat = await store.create_chat("c1", user_id="u1", title="T", metadata={"k": "v"})
+    assert (chat.id, chat.user_id, chat.title, chat.metadata) == ("c1", "u1", "T", {"k": "v"})
+    stored = await store.get_chat("c1")
+    assert stored == chat
+    assert stored.created_at.tzinfo is not None
+    assert stored.created_at.utcoffset() == UTC.utcoffset(None)
+    branches = await store.list_branches("c1")
+    assert [(b.name, b.is_active, b.head_message_id) for b in branches] == [("main", True, None)]
+
+
+async def test_create_chat_twice_raises_and_keeps_the_first(store: SqlContextStore) -> None:
+    await store.create_chat("c1", user_id="u1", title="first")
+    with pytest.raises(errors.ChatExistsError, match="upsert_chat"):
+        await store.create_chat("c1", user_id="u2", title="second")
+    chat = await store.get_chat("c1")
+    assert chat is not None and (chat.user_id, chat.title) == ("u1", "first")
+    assert len(await store.list_branches("c1")) == 1
+
+
+async def test_upsert_chat_returns_the_existing_chat_unchanged(store: SqlContextStore) -> None:
+    created = await store.upsert_chat("c1", user_id="u1", title="a", metadata={"x": 1})
+    again = await store.upsert_chat("c1", user_id="u2", title="b", metadata={"x": 2})
+    assert again == created
+    assert again.user_id == "u1"
+
+
+async def test_concurrent_upserts_create_one_chat(store: SqlContextStore) -> None:
+    chats = await asyncio.gather(*(store.upsert_chat("c1", user_id="u1") for _ in range(10)))
+    assert len({c.created_at for c in chats}) == 1
+    assert len(await store.list_branches("c1")) == 1
+
+
+async def test_get_unknown_chat_is_none(store: SqlContextStore) -> None:
+    assert await store.get_chat("nope") is None
+
+
+async def test_update_chat_applies_only_given_fields(store: SqlContextStore) -> None:
+    chat = await store.create_chat("c1", user_id="u1", title="T", metadata={"a": 1})
+    updated = await store.update_chat("c1", lambda c: ChatUpdate(metadata={**c.metadata, "b": 2}))
+    assert updated.title == "T"
+    assert updated.metadata == {"a": 1, "b": 2}
+    assert updated.updated_at > chat.updated_at
+    cleared = await store.update_chat("c1", lambda c: ChatUpdate(title=None))
+    assert cleared.title is None and cleared.metadata == {"a": 1, "b": 2}
+    same = await store.update_chat("c1", lambda c: None)
+    assert same == cleared
+
+
+async def test_update_chat_is_atomic_under_concurrency(store: SqlContextStore) -> None:
+    await store.create_chat("c1", user_id="u1", metadata={"n": 0})
+
+    def bump(chat):  # type: ignore[no-untyped-def]
+        return ChatUpdate(metadata={"n": chat.metadata["n"] + 1})
+
+    await asyncio.gather(*(store.update_chat("c1", bump) for _ in range(25)))
+    chat = await store.get_chat("c1")
+    assert chat is not None and chat.metadata == {"n": 25}
+
+
+async def test_update_chat_errors(store: SqlContextStore) -> None:
+    with pytest.raises(errors.ChatNotFoundError):
+        await store.update_chat("nope", lambda c: None)
+    await store.create_chat("c1", user_id="u1", metadata={"a": 1})
+    with pytest.raises(errors.InvalidTypeError):
+        await store.update_chat("c1", lambda c: {"title": "x"})  # type: ignore[arg-type,return-value]
+    with pytest.raises(errors.SerializationError):
+        await store.update_chat("c1", lambda c: ChatUpdate(metadata={"x": float("nan")}))
+    chat = await store.get_chat("c1")
+    assert chat is not None and chat.metadata == {"a": 1}
+
+
+async def test_list_chats_filters_by_user_and_orders_by_activity(store: SqlContextStore) -> None:
+    for name in ("a", "b", "c"):
+        await store.create_chat(name, user_id="u1")
+    await store.create_chat("other", user_id="u2")
+    assert [c.id for c in await store.list_chats(user_id="u1")] == ["c", "b", "a"]
+    # A save is activity: "a" moves to the front.
+    branch = await store.get_active_branch("a")
+    assert branch is not None
+    result = await store.append_messages(branch.id, chain("a", 2), expected_head=None)
+    assert result.ok
+    listed = await store.list_chats(user_id="u1")
+    assert [c.id for c in listed] == ["a", "c", "b"]
+    assert (listed[0].message_count, listed[0].branch_count) == (2, 1)
+    assert {c.id for c in await store.list_chats()} == {"a", "b", "c", "other"}
+
+
+async def test_list_chats_ties_break_deterministically(store: SqlContextStore) -> None:
+    for name in ("x1", "x2", "x3"):
+        await store.create_chat(name, user_id="u1")
+    # Force identical activity times.
+    chat = await store.get_chat("x1")
+    assert chat is not None
+    from sqlalchemy import update
+
+    from agentcontext.store._schema import chats
+
+    async with store.engine.begin() as conn:
+        await conn.execute(update(chats).values(updated_at=chat.updated_at))
+    first = [c.id for c in await store.list_chats(user_id="u1")]
+    assert first == ["x3", "x2", "x1"]
+    assert first == [c.id for c in await store.list_chats(user_id="u1")]
+
+
+async def test_list_chats_pages_cover_everything_once(store: SqlContextStore) -> None:
+    for i in range(23):
+        await store.create_chat(f"c{i:02d}", user_id="u1")
+    pages = []
+    for offset in range(0, 30, 5):
+        pages.extend(c.id for c in await store.list_chats(user_id="u1", limit=5, offset=offset))
+    assert sorted(pages) == sorted(f"c{i:02d}" for i in range(23))
+    assert len(pages) == 23
+    assert await store.list_chats(user_id="u1", limit=0) == []
+
+
+async def test_list_chats_metadata_filter_is_exact_and_typed(store: SqlContextStore) -> None:
+    await store.create_chat("s", user_id="u", metadata={"k": "1", "team": "red"})
+    await store.create_chat("i", user_id="u", metadata={"k": 1, "team": "red"})
+    await store.create_chat("b", user_id="u", metadata={"k": True, "team": "blue"})
+    await store.create_chat("n", user_id="u", metadata={"nested": {"k": 1}})
+    ids = lambda chats: sorted(c.id for c in chats)
+    assert ids(await store.list_chats(metadata={"k": "1"})) == ["s"]
+    assert ids(await store.list_chats(metadata={"k": 1})) == ["i"]
+    assert ids(await store.list_chats(metadata={"k": True})) == ["b"]
+    assert ids(await store.list_chats(metadata={"team": "red"})) == ["i", "s"]
+    assert ids(await store.list_chats(metadata={"team": "red", "k": 1})) == ["i"]
+    assert ids(await store.list_chats(metadata={})) == ["b", "i", "n", "s"]
+
+
+@pytest.mark.parametrize(
+    "key", ["a'b", 'a"b', "$.k", "k') OR 1=1 --", "'; DROP TABLE chats; --", "ключ", "a.b", "%_"]
+)
+async def test_list_chats_metadata_keys_are_bound_not_spliced(
+    store: SqlContextStore, key: str
+) -> None:
+    await store.create_chat("hit", user_id="u", metadata={key: "v"})
+    await store.create_chat("miss", user_id="u", metadata={"k": "v"})
+    assert [c.id for c in await store.list_chats(metadata={key: "v"})] == ["hit"]
+    assert len(await store.list_chats()) == 2
+
+
+async def test_list_chats_rejects_bad_filters(store: SqlContextStore) -> None:
+    with pytest.raises(errors.InvalidInputError, match="str, int or bool"):
+        await store.list_chats(metadata={"k": 1.5})  # type: ignore[dict-item]
+    with pytest.raises(errors.InvalidInputError):
+        await store.list_chats(metadata={"k": None})  # type: ignore[dict-item]
+    with pytest.raises(errors.InvalidInputError):
+        await store.list_chats(limit=-1)
+    with pytest.raises(errors.InvalidTypeError):
+        await store.list_chats(offset="1")  # type: ignore[arg-type]
+
+
+async def test_delete_chat_removes_everything(store: SqlContextStore) -> None:
+    await store.create_chat("c1", user_id="u1")
+    await store.create_chat("keep", user_id="u1")
+    branch = await store.get_active_branch("c1")
+    assert branch is not None
+    await store.append_messages(branch.id, chain("c1", 4), expected_head=None)
+    await store.create_checkpoint("c1", "cp", "m1")
+    await store.fork_branch("c1", "main", head_message_id="m1", activate=False)
+    keep = await store.get_active_branch("keep")
+    assert keep is not None
+    await store.append_messages(keep.id, chain("keep", 2, prefix="k"), expected_head=None)
+
+    assert await store.delete_chat("c1") is True
+    assert await store.get_chat("c1") is None
+    assert await store.get_message("m0") is None
+    assert await store.get_branch("c1", "main") is None
+    assert await store.search_user_messages("u1", "message") != []
+    assert all(r.chat_id == "keep" for r in await store.search_user_messages("u1", "message"))
+    assert await store.delete_chat("c1") is False
+    # The index rows are gone too.
+    if store.dialect_name == "sqlite":
+        from sqlalchemy import text
+
+        async with store.engine.connect() as conn:
+            count = await conn.scalar(
+                text("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'message'")
+            )
+        assert count == 2
+
+
+async def test_delete_chat_honours_the_user_guard(store: SqlContextStore) -> None:
+    await store.create_chat("c1", user_id="Alice")
+    assert await store.delete_chat("c1", user_id="alice") is False
+    assert await store.delete_chat("c1", user_id="bob") is False
+    assert await store.get_chat("c1") is not None
+    assert await store.delete_chat("c1", user_id="Alice") is True
+    assert await store.delete_chat("unknown", user_id="Alice") is False
