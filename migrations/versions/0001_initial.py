@@ -19,7 +19,11 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 # Frozen copies of the column types as they were at this revision.
-JSON_DOC = sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql")
+JSON_DOC = (
+    sa.JSON()
+    .with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql")
+    .with_variant(sa.Text(), "sqlite")
+)
 TIMESTAMP = sa.DateTime(timezone=True).with_variant(sa.String(32), "sqlite")
 SEQ = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 

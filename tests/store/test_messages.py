@@ -199,3 +199,18 @@ async def test_search_text_is_only_message_text(store: SqlContextStore, chat: st
         assert [r.message.id for r in await store.search_messages(chat, word)] == ["m"], word
     for word in ("parts", "type", "text", "secretkey", "hiddenvalue", "tool_call_id"):
         assert await store.search_messages(chat, word) == [], word
+
+
+@pytest.mark.parametrize(
+    "data",
+    [0, 2**70, -(2**63), 1.0, 0.1, 1.5e-7, "123", "", True, None, [1, "1", 1.5], {"n": 2**64}],
+)
+async def test_json_round_trips_exactly(store: SqlContextStore, chat: str, data: object) -> None:
+    await store.add_message(MessageRecord(id="m", chat_id=chat, name="user", data=data))
+    got = await store.get_message("m")
+    assert got is not None
+    assert got.data == data
+    assert type(got.data) is type(data)
+    (loaded,) = await store.get_message_chain("m")
+    assert loaded.data == data
+    assert type(loaded.data) is type(data)

@@ -2,7 +2,7 @@
 
 - engine set-up (SQLite pragmas and write-lock-up-front transactions; PostgreSQL pre-ping),
 - the upsert construct,
-- full-text search (FTS5 vs tsvector) and the DDL that creates its objects,
+- full-text search (FTS5 vs tsvector ranking) and the DDL that creates its objects,
 - the metadata filter of ``list_chats`` (``json_each`` vs ``@>``),
 - the migration lock (the write lock vs an advisory lock),
 - recognising driver errors (unique violations, lost connections).
@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,16 +44,7 @@ from agentcontext.store import _schema as s
 WRITE_OPTION = "agentcontext_write"
 """Execution option marking a connection whose next transaction writes (SQLite: BEGIN IMMEDIATE)."""
 
-SNIPPET_OPEN = "<mark>"
-SNIPPET_CLOSE = "</mark>"
 _MIGRATION_LOCK_KEY = 0x61676E7463747800 >> 8  # "agntctx", fits a signed bigint
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-def plain_terms(query: str) -> list[str]:
-    """Split plain user text into the words every backend searches for (all must match)."""
-    return _WORD.findall(query)
 
 
 @dataclass(frozen=True)
@@ -108,20 +98,18 @@ class Dialect:
     ) -> Select[Any]:
         """A ranked full-text query over ``messages`` restricted by ``scope``.
 
-        Selects the message columns, ``rank`` (higher is better) and ``snippet``.
+        Every term must occur as a whole word (case-insensitive). Selects the message columns,
+        ``rank`` (higher is better on both backends) and ``search_text`` (for the snippet).
         """
         m = s.messages
         cols = [m.c.id, m.c.chat_id, m.c.parent_id, m.c.name, m.c.type, m.c.data, m.c.created_at]
         if self.is_sqlite:
-            fts = table("messages_fts", column("rowid"), column("search_text"))
+            fts = table("messages_fts", column("rowid"))
             fts_ref: ColumnElement[Any] = literal_column("messages_fts")
             match = " ".join('"' + term.replace('"', '""') + '"' for term in terms)
             rank = (-func.bm25(fts_ref)).label("rank")
-            snippet = func.snippet(fts_ref, 0, SNIPPET_OPEN, SNIPPET_CLOSE, "…", 16).label(
-                "snippet"
-            )
             return (
-                select(*cols, rank, snippet)
+                select(*cols, rank, m.c.search_text)
                 .select_from(m.join(fts, m.c.seq == fts.c.rowid))
                 .where(fts_ref.op("MATCH")(bindparam("fts_query", match)), scope)
                 .order_by(rank.desc(), m.c.seq.desc())
@@ -130,15 +118,8 @@ class Dialect:
         query = func.plainto_tsquery(literal_column("'simple'"), " ".join(terms))
         vector = func.to_tsvector(literal_column("'simple'"), m.c.search_text)
         rank = func.ts_rank(vector, query).label("rank")
-        snippet = func.ts_headline(
-            literal_column("'simple'"),
-            m.c.search_text,
-            query,
-            f"StartSel={SNIPPET_OPEN}, StopSel={SNIPPET_CLOSE}, MaxWords=24, MinWords=8, "
-            'MaxFragments=2, FragmentDelimiter=" … "',
-        ).label("snippet")
         return (
-            select(*cols, rank, snippet)
+            select(*cols, rank, m.c.search_text)
             .where(vector.op("@@")(query), scope)
             .order_by(rank.desc(), m.c.seq.desc())
             .limit(limit)
@@ -344,8 +325,6 @@ def install_sqlite_hooks(engine: AsyncEngine) -> None:
 
 
 __all__ = [
-    "SNIPPET_CLOSE",
-    "SNIPPET_OPEN",
     "WRITE_OPTION",
     "Dialect",
     "create_engine",
@@ -353,5 +332,4 @@ __all__ = [
     "is_connection_error",
     "install_sqlite_hooks",
     "is_memory_sqlite",
-    "plain_terms",
 ]

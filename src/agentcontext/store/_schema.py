@@ -7,6 +7,7 @@ triggers on SQLite, an expression GIN index on PostgreSQL); they are declared in
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -32,6 +33,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
+
+from agentcontext._validate import dumps
 
 __all__ = [
     "VERSION_TABLE",
@@ -89,8 +92,25 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.astimezone(UTC)
 
 
-JSONDocument = JSON().with_variant(JSONB(), "postgresql")
-"""JSON on SQLite (stored as text), JSONB on PostgreSQL."""
+class JSONText(TypeDecorator[Any]):
+    """JSON kept as TEXT on SQLite.
+
+    A column declared ``JSON`` has NUMERIC affinity in SQLite, which silently turns the
+    document ``12345678901234567890123`` into a float; TEXT affinity keeps the exact text.
+    """
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else dumps(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        return None if value is None else json.loads(value)
+
+
+JSONDocument = JSON().with_variant(JSONB(), "postgresql").with_variant(JSONText(), "sqlite")
+"""JSON text on SQLite, JSONB on PostgreSQL."""
 
 
 class Base(DeclarativeBase):

@@ -7,9 +7,63 @@ keys. Data of any other shape contributes its string values (not its keys).
 
 from __future__ import annotations
 
+import bisect
+import re
 from typing import Any
 
 PREVIEW_LENGTH = 50
+SNIPPET_WORDS = 16
+MARK_OPEN = "<mark>"
+MARK_CLOSE = "</mark>"
+
+_WORD = re.compile(r"\w+")
+
+
+def plain_terms(query: str) -> list[str]:
+    """The words of plain user text that a search looks for (every one must occur).
+
+    Words are runs of letters, digits and underscores; everything else (quotes, operators,
+    ``*``, parentheses, colons) only separates words, so no input is a syntax error.
+    """
+    return _WORD.findall(query)
+
+
+def snippet(text: str, terms: list[str], *, words: int = SNIPPET_WORDS) -> str:
+    """A window of about ``words`` words of ``text`` around the hits, hits in ``<mark>``.
+
+    The same function makes the snippets on every backend, so they read the same.
+    """
+    wanted = {term.casefold() for term in terms}
+    tokens = list(_WORD.finditer(text))
+    if not tokens:
+        return text[: words * 8]
+    hits = [i for i, token in enumerate(tokens) if token.group().casefold() in wanted]
+    if not hits:
+        first = 0
+    else:
+        # The window starting at a hit that covers the most hits (the earliest on ties).
+        best, best_count = hits[0], 0
+        for index, start in enumerate(hits):
+            count = bisect.bisect_left(hits, start + words) - index
+            if count > best_count:
+                best, best_count = start, count
+        first = max(0, min(best - words // 4, len(tokens) - words))
+    last = min(len(tokens), first + words)
+    pieces: list[str] = []
+    cursor = tokens[first].start()
+    for token in tokens[first:last]:
+        pieces.append(text[cursor : token.start()])
+        if token.group().casefold() in wanted:
+            pieces.append(f"{MARK_OPEN}{token.group()}{MARK_CLOSE}")
+        else:
+            pieces.append(token.group())
+        cursor = token.end()
+    end = len(text) if last == len(tokens) else cursor
+    pieces.append(text[cursor:end])
+    body = " ".join("".join(pieces).split())
+    prefix = "…" if first > 0 else ""
+    suffix = "…" if last < len(tokens) else ""
+    return f"{prefix}{body}{suffix}"
 
 
 def _parts(data: Any) -> list[Any] | None:
@@ -72,5 +126,5 @@ def preview(data: Any) -> str:
         )
     flat = " ".join(raw.split())
     if len(flat) > PREVIEW_LENGTH:
-        return flat[:PREVIEW_LENGTH] + "…"
+        return flat[:PREVIEW_LENGTH].rstrip() + "…"
     return flat

@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 from sqlalchemy import (
     ColumnElement,
-    Row,
     and_,
     delete,
     exists,
@@ -40,7 +39,8 @@ from agentcontext.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from agentcontext.store import _migrate, _text
+from agentcontext.store import _migrate, _rows, _text
+from agentcontext.store._chain import load_chain
 from agentcontext.store._dialect import (
     WRITE_OPTION,
     create_engine,
@@ -48,7 +48,6 @@ from agentcontext.store._dialect import (
     install_sqlite_hooks,
     is_connection_error,
     is_memory_sqlite,
-    plain_terms,
 )
 from agentcontext.store._schema import branches as B
 from agentcontext.store._schema import chats as C
@@ -86,48 +85,10 @@ def _new_id() -> str:
     return uuid.uuid4().hex
 
 
-def _message(row: Any) -> MessageRecord:
-    id_, chat_id, parent_id, name, type_, data, created_at = row[:7]
-    return MessageRecord.model_construct(
-        id=id_,
-        chat_id=chat_id,
-        parent_id=parent_id,
-        name=name,
-        type=type_,
-        data=data,
-        created_at=created_at,
-    )
-
-
-def _chat(row: Any) -> Chat:
-    id_, user_id, title, metadata, created_at, updated_at = row[:6]
-    return Chat.model_construct(
-        id=id_,
-        user_id=user_id,
-        title=title,
-        metadata=metadata if metadata is not None else {},
-        created_at=created_at,
-        updated_at=updated_at,
-    )
-
-
-def _branch(row: Any) -> Branch:
-    id_, chat_id, name, head, is_active, created_at = row[:6]
-    return Branch.model_construct(
-        id=id_,
-        chat_id=chat_id,
-        name=name,
-        head_message_id=head,
-        is_active=bool(is_active),
-        created_at=created_at,
-    )
-
-
-def _checkpoint(row: Any) -> Checkpoint:
-    id_, chat_id, name, message_id, created_at = row[:5]
-    return Checkpoint.model_construct(
-        id=id_, chat_id=chat_id, name=name, message_id=message_id, created_at=created_at
-    )
+_message = _rows.message
+_chat = _rows.chat
+_branch = _rows.branch
+_checkpoint = _rows.checkpoint
 
 
 def _check_record(value: object, what: str) -> MessageRecord:
@@ -545,8 +506,9 @@ class SqlContextStore(ContextStore):
         for row in rows:
             chat = _chat(row)
             out.append(
-                ChatInfo.model_construct(
-                    **chat.__dict__, message_count=int(row[6]), branch_count=int(row[7])
+                _rows.build(
+                    ChatInfo,
+                    {**chat.__dict__, "message_count": int(row[6]), "branch_count": int(row[7])},
                 )
             )
         return out
@@ -707,59 +669,7 @@ class SqlContextStore(ContextStore):
     async def _chain(
         self, conn: AsyncConnection, head_id: str, *, after: str | None = None
     ) -> list[MessageRecord]:
-        head = (await conn.execute(select(M.c.chat_id, M.c.depth).where(M.c.id == head_id))).first()
-        if head is None:
-            raise MessageNotFoundError(f"message {head_id!r} does not exist")
-        chat_id, head_depth = head
-        stop_depth = 0
-        if after is not None:
-            if after == head_id:
-                return []
-            anchor = (
-                await conn.execute(select(M.c.chat_id, M.c.depth).where(M.c.id == after))
-            ).first()
-            if anchor is None:
-                raise MessageNotFoundError(f"message {after!r} does not exist")
-            if anchor[0] != chat_id or anchor[1] >= head_depth:
-                raise InvalidGraphError(f"message {after!r} is not an ancestor of {head_id!r}")
-            stop_depth = anchor[1]
-        expected = head_depth - stop_depth
-        base = (
-            select(*_MESSAGE_COLS, M.c.depth, literal(1).label("n"))
-            .where(M.c.id == head_id)
-            .cte("chain", recursive=True)
-        )
-        parent = M.alias("parent")
-        step = select(
-            parent.c.id,
-            parent.c.chat_id,
-            parent.c.parent_id,
-            parent.c.name,
-            parent.c.type,
-            parent.c.data,
-            parent.c.created_at,
-            parent.c.depth,
-            base.c.n + 1,
-        ).where(parent.c.id == base.c.parent_id, base.c.n < expected)
-        chain = base.union_all(step)
-        rows = list((await conn.execute(select(chain))).all())
-        if any(rows[i][8] != i + 1 for i in range(len(rows))):
-            rows.sort(key=lambda r: r[8])
-        consistent = len(rows) == expected and all(
-            row[1] == chat_id and row[7] == head_depth - i for i, row in enumerate(rows)
-        )
-        if consistent and rows[-1][2] != after:
-            if after is None:
-                consistent = False
-            else:
-                raise InvalidGraphError(f"message {after!r} is not an ancestor of {head_id!r}")
-        if not consistent:
-            raise InvalidGraphError(
-                f"the stored chain ending at {head_id!r} is inconsistent (a cycle, a broken "
-                "parent link, or a message of another chat); the database was changed outside "
-                "agentcontext"
-            )
-        return [_message(row) for row in reversed(rows)]
+        return await load_chain(conn, self._dialect.name, head_id, after=after)
 
     async def get_messages(self, chat_id: str) -> list[MessageRecord]:
         v.check_id(chat_id, "chat_id")
@@ -1106,7 +1016,7 @@ class SqlContextStore(ContextStore):
         if not rows:
             await self._require_chat(conn, chat_id)
         return [
-            BranchInfo.model_construct(**_branch(row).__dict__, message_count=int(row[6]))
+            _rows.build(BranchInfo, {**_branch(row).__dict__, "message_count": int(row[6])})
             for row in rows
         ]
 
@@ -1207,7 +1117,7 @@ class SqlContextStore(ContextStore):
         assert isinstance(query, str)
         wanted_roles = _check_roles(roles)
         checked_limit = v.check_int(limit, "limit", minimum=1)
-        terms = plain_terms(query)
+        terms = _text.plain_terms(query)
         if wanted_roles is not None:
             scope = and_(scope, M.c.name.in_(wanted_roles)) if wanted_roles else ~true()
         async with self._tx() as conn:
@@ -1219,7 +1129,7 @@ class SqlContextStore(ContextStore):
             rows = (await conn.execute(statement)).all()
         return [
             SearchResult.model_construct(
-                message=_message(row), rank=float(row[7]), snippet=row[8] or ""
+                message=_message(row), rank=float(row[7]), snippet=_text.snippet(row[8], terms)
             )
             for row in rows
         ]

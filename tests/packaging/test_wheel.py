@@ -1,0 +1,107 @@
+"""The built wheel carries its migrations: it migrates databases with no checkout present."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import venv
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import fresh_pg_database
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fresh virtualenv with the wheel built from this repository installed; its python."""
+    work = tmp_path_factory.mktemp("wheel")
+    dist = work / "dist"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(dist),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    wheels = list(dist.glob("agentcontext-*.whl"))
+    assert len(wheels) == 1
+    env_dir = work / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", str(wheels[0])],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    yield python
+
+
+def run_outside_checkout(python: Path, cwd: Path, code: str, *args: str) -> str:
+    done = subprocess.run(
+        [str(python), "-c", textwrap.dedent(code), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(cwd)},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+MIGRATE = """
+    import asyncio, sys
+    import agentcontext
+    from agentcontext.store import SqlContextStore
+    from agentcontext.store._migrate import script_location
+
+    async def main():
+        assert "site-packages" in str(script_location()), script_location()
+        async with SqlContextStore(sys.argv[1]) as store:
+            await store.create_chat("c", user_id="u")
+            print(len(await store.list_chats()), store.dialect_name)
+
+    asyncio.run(main())
+"""
+
+
+def test_wheel_contains_the_migrations(installed: Path) -> None:
+    out = run_outside_checkout(
+        installed,
+        installed.parent,
+        "import agentcontext.store._migrate as m; print(m.script_location())",
+    )
+    location = Path(out.strip())
+    assert "site-packages" in str(location)
+    assert (location / "env.py").is_file()
+    assert list((location / "versions").glob("0001_*.py"))
+
+
+def test_wheel_migrates_an_empty_sqlite_file(installed: Path, tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'fresh.db'}"
+    assert run_outside_checkout(installed, tmp_path, MIGRATE, url).split() == ["1", "sqlite"]
+
+
+def test_wheel_migrates_an_empty_postgres_database(installed: Path, tmp_path: Path) -> None:
+    with fresh_pg_database("acwheel") as url:
+        assert run_outside_checkout(installed, tmp_path, MIGRATE, url).split() == [
+            "1",
+            "postgresql",
+        ]

@@ -1,0 +1,265 @@
+"""The schema under Alembic: one head, real downgrades, models == migrations, safe concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, inspect, text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from agentcontext import errors
+from agentcontext.store import InMemoryContextStore, SqlContextStore, _migrate
+from agentcontext.store._schema import VERSION_TABLE, Base
+from tests.conftest import fresh_pg_database
+from tests.helpers import chain
+
+ROOT = Path(__file__).resolve().parents[2]
+OWN_TABLES = {"chats", "messages", "branches", "checkpoints"}
+
+
+@pytest.fixture
+def empty_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A database with nothing in it."""
+    if backend == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
+    else:
+        with fresh_pg_database("acmig") as url:
+            yield url
+
+
+def _tables(connection: Connection) -> set[str]:
+    return set(inspect(connection).get_table_names())
+
+
+def _diff(connection: Connection) -> list[object]:
+    context = MigrationContext.configure(
+        connection,
+        opts={
+            "version_table": VERSION_TABLE,
+            "include_name": _migrate.include_name,
+            "compare_type": True,
+            "compare_server_default": False,
+        },
+    )
+    return list(compare_metadata(context, Base.metadata))
+
+
+def test_there_is_a_single_head() -> None:
+    script = ScriptDirectory.from_config(_migrate.make_config())
+    assert len(script.get_heads()) == 1
+    assert _migrate.head_revision() == script.get_current_head()
+
+
+@pytest.mark.filterwarnings("ignore:autogenerate skipping metadata-specified expression")
+async def test_models_and_migrations_agree(empty_url: str) -> None:
+    async with SqlContextStore(empty_url) as store, store.engine.connect() as conn:
+        diff = await conn.run_sync(_diff)
+    assert diff == []
+
+
+async def test_upgrade_downgrade_upgrade_with_data(empty_url: str) -> None:
+    async with SqlContextStore(empty_url) as store:
+        await store.create_chat("c", user_id="u")
+        main = await store.get_active_branch("c")
+        assert main is not None
+        await store.append_messages(main.id, chain("c", 3), expected_head=None)
+        await store.create_checkpoint("c", "cp", "m1")
+        engine = store.engine
+        async with engine.connect() as conn:
+            assert OWN_TABLES <= await conn.run_sync(_tables)
+        await _migrate.run_in_write_transaction(
+            engine, lambda c: _migrate.downgrade_in_transaction(c, "base")
+        )
+        async with engine.connect() as conn:
+            left = await conn.run_sync(_tables)
+            assert not (left & OWN_TABLES)
+            assert not any(name.startswith("messages_fts") for name in left)
+            assert await conn.run_sync(_migrate.current_revision) is None
+    async with SqlContextStore(empty_url) as store:
+        assert await store.list_chats() == []
+        await store.create_chat("again", user_id="u")
+        main = await store.get_active_branch("again")
+        assert main is not None
+        await store.append_messages(main.id, chain("again", 2), expected_head=None)
+        assert [r.message.id for r in await store.search_messages("again", "message 1")] == ["m1"]
+
+
+async def test_migrate_false_checks_and_names_the_command(empty_url: str) -> None:
+    store = SqlContextStore(empty_url, migrate=False)
+    with pytest.raises(errors.SchemaOutdatedError) as caught:
+        await store.list_chats()
+    message = str(caught.value)
+    assert "agentcontext migrate upgrade --url" in message
+    assert _migrate.head_revision() in message
+    await store.close()
+    async with SqlContextStore(empty_url):
+        pass  # migrate="auto"
+    async with SqlContextStore(empty_url, migrate=False) as checked:
+        assert await checked.list_chats() == []
+
+
+async def test_an_unknown_newer_revision_is_reported(empty_url: str) -> None:
+    async with SqlContextStore(empty_url) as store, store.engine.begin() as conn:
+        await conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = 'from_the_future'"))
+    with pytest.raises(errors.SchemaOutdatedError, match="newer"):
+        async with SqlContextStore(empty_url) as store:
+            await store.list_chats()
+
+
+def test_four_processes_migrating_at_once(empty_url: str) -> None:
+    script = textwrap.dedent(
+        """
+        import asyncio, sys
+        from agentcontext.store import SqlContextStore
+
+        async def main():
+            async with SqlContextStore(sys.argv[1]) as store:
+                await store.upsert_chat("shared", user_id="u")
+                print(len(await store.list_chats()))
+
+        asyncio.run(main())
+        """
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, empty_url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err
+        assert out.strip() == "1"
+
+    async def check() -> None:
+        engine = create_async_engine(empty_url)
+        try:
+            async with engine.connect() as conn:
+                rows = (await conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))).all()
+        finally:
+            await engine.dispose()
+        assert [r[0] for r in rows] == [_migrate.head_revision()]
+
+    asyncio.run(check())
+
+
+def test_alembic_command_line(empty_url: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def alembic(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "alembic", "-x", f"url={empty_url}", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout + done.stderr
+
+    alembic("upgrade", "head")
+    assert _migrate.head_revision() in alembic("current")
+    alembic("downgrade", "base")
+    assert _migrate.head_revision() not in alembic("current")
+    alembic("upgrade", "head")
+
+    async def use() -> None:
+        async with SqlContextStore(empty_url, migrate=False) as store:
+            await store.create_chat("c", user_id="u")
+
+    asyncio.run(use())
+
+
+async def test_unreachable_postgres_fails_fast_with_a_hidden_password() -> None:
+    url = "postgresql+asyncpg://agent:s3cr3t-pw@127.0.0.1:1/nowhere"
+    store = SqlContextStore(url, postgres_connect_timeout=3)
+    started = time.monotonic()
+    with pytest.raises(errors.StoreUnavailableError) as caught:
+        await store.list_chats()
+    assert time.monotonic() - started < 15
+    assert "s3cr3t-pw" not in str(caught.value)
+    assert "***" in str(caught.value)
+    assert "s3cr3t-pw" not in repr(store)
+    await store.close()
+
+
+async def test_unopenable_sqlite_path_is_unavailable(tmp_path: Path) -> None:
+    store = SqlContextStore(f"sqlite+aiosqlite:///{tmp_path / 'missing-dir' / 'x.db'}")
+    with pytest.raises(errors.StoreUnavailableError, match="cannot reach"):
+        await store.initialize()
+    await store.close()
+
+
+async def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    store = SqlContextStore(f"sqlite+aiosqlite:///{path}")
+    with pytest.raises(errors.StoreError, match="not a valid SQLite database"):
+        await store.initialize()
+    await store.close()
+    assert path.read_bytes() == b"this is not sqlite" * 100
+
+
+async def test_an_empty_existing_file_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    path.touch()
+    async with SqlContextStore(f"sqlite+aiosqlite:///{path}") as store:
+        await store.create_chat("c", user_id="u")
+        assert [c.id for c in await store.list_chats()] == ["c"]
+
+
+async def test_the_store_closes_only_an_engine_it_created(tmp_path: Path) -> None:
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'own.db'}")
+    async with SqlContextStore(engine) as store:
+        await store.create_chat("c", user_id="u")
+    async with engine.connect() as conn:
+        assert await conn.scalar(text("SELECT count(*) FROM chats")) == 1
+        # The store's pragmas apply to connections of an engine it was given, too.
+        assert await conn.scalar(text("PRAGMA foreign_keys")) == 1
+        assert await conn.scalar(text("PRAGMA journal_mode")) == "wal"
+    await engine.dispose()
+    with pytest.raises(errors.StoreError, match="closed"):
+        await store.list_chats()
+
+
+async def test_bad_urls_are_named() -> None:
+    with pytest.raises(errors.InvalidInputError, match="SQLite and PostgreSQL"):
+        SqlContextStore("mysql+aiomysql://root@localhost/db")
+    with pytest.raises(errors.InvalidInputError, match="aiosqlite"):
+        SqlContextStore("sqlite:///x.db")
+    with pytest.raises(errors.InvalidInputError, match="parse"):
+        SqlContextStore("not a url")
+    with pytest.raises(errors.InvalidTypeError):
+        SqlContextStore(42)  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidInputError):
+        SqlContextStore("sqlite+aiosqlite://", migrate="sometimes")  # type: ignore[arg-type]
+
+
+async def test_in_memory_store_is_isolated_and_serialises_transactions() -> None:
+    async with InMemoryContextStore() as one, InMemoryContextStore() as two:
+        await one.create_chat("c", user_id="u")
+        assert await two.get_chat("c") is None
+        main = await one.get_active_branch("c")
+        assert main is not None
+
+        async def add(i: int) -> None:
+            await one.add_messages(chain("c", 3, prefix=f"p{i}-"))
+
+        await asyncio.gather(*(add(i) for i in range(10)))
+        info = await one.list_chats()
+        assert info[0].message_count == 30
