@@ -231,14 +231,17 @@ def normalize_fragments(fragments: Sequence[ContextFragment]) -> list[Node]:
 
 
 def _format_path(parts: list[str]) -> str:
-    """``['[0]', "['steps']", 'b', 'a']`` (innermost first) → ``a.b['steps'][0]``."""
-    text = ""
-    for part in reversed(parts):
-        if part.startswith("["):
-            text += part
-        else:
-            text = f"{text}.{part}" if text else part
-    return f"fragment {text!r}" if text else "fragment"
+    """``["[1]", "['list']", "tables", "[0]", "database"]`` (innermost first) →
+    ``fragment 'database.tables' at data['list'][1]``: fragment names joined by dots, then
+    where in the last fragment's data the value is."""
+    outer_first = parts[::-1]
+    last_name = max(
+        (i for i, part in enumerate(outer_first) if not part.startswith("[")), default=-1
+    )
+    names = ".".join(part for part in outer_first[: last_name + 1] if not part.startswith("["))
+    where = "".join(outer_first[last_name + 1 :])
+    text = f"fragment {names!r}" if names else "fragment"
+    return f"{text} at data{where}" if where else text
 
 
 # --- shared formatting ---------------------------------------------------------------------
