@@ -59,6 +59,7 @@ def upgrade() -> None:
         sa.Column("metadata", JSON_DOC, nullable=False),
         sa.Column("created_at", TIMESTAMP, nullable=False),
         sa.Column("updated_at", TIMESTAMP, nullable=False),
+        sa.Column("version", sa.BigInteger(), server_default="0", nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_chats")),
     )
     op.create_index("ix_chats_updated_at_id", "chats", ["updated_at", "id"])
@@ -75,6 +76,7 @@ def upgrade() -> None:
         sa.Column("data", JSON_DOC, nullable=True),
         sa.Column("search_text", sa.Text(), server_default="", nullable=False),
         sa.Column("created_at", TIMESTAMP, nullable=False),
+        sa.Column("version", sa.BigInteger(), nullable=False),
         sa.ForeignKeyConstraint(
             ["chat_id"], ["chats.id"], name=op.f("fk_messages_chat_id_chats"), ondelete="CASCADE"
         ),
@@ -86,6 +88,7 @@ def upgrade() -> None:
     )
     op.create_index("ix_messages_chat_id_parent_id", "messages", ["chat_id", "parent_id"])
     op.create_index("ix_messages_parent_id", "messages", ["parent_id"])
+    op.create_index("ix_messages_chat_id_version", "messages", ["chat_id", "version"])
     op.create_table(
         "branches",
         sa.Column("id", sa.String(length=255), nullable=False),

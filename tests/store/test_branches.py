@@ -197,3 +197,48 @@ async def test_checkpoint_errors_leave_nothing_behind(store: SqlContextStore, ch
     with pytest.raises(errors.InvalidInputError):
         await store.create_checkpoint(chat, "x" * 1000, "m1")
     assert await store.list_checkpoints(chat) == []
+
+
+async def test_change_versions_let_a_reader_catch_up(store: SqlContextStore, chat: str) -> None:
+    main = await store.get_branch(chat, "main")
+    assert main is not None
+    state = await store.get_branch_state(main.id)
+    assert state is not None
+    assert state.branch == main
+    before = state.version
+    assert await store.get_changes(chat, before) == []
+    # An in-place update and an append are both changes; a failed append is not.
+    await store.add_message(rec("m1", chat, "m0", "edited"))
+    failed = await store.append_messages(main.id, [rec("x", chat, "m1")], expected_head="m1")
+    assert failed.ok is False
+    assert failed.version == before + 1
+    ok = await store.append_messages(main.id, [rec("n1", chat, "m3")], expected_head="m3")
+    assert ok.ok and ok.version == before + 2
+    changes = await store.get_changes(chat, before)
+    assert [m.id for m in changes] == ["m1", "n1"]
+    assert changes[0].data["parts"][0]["text"] == "edited"
+    assert [m.id for m in await store.get_changes(chat, ok.version)] == []
+    after = await store.get_branch_state(main.id)
+    assert after is not None
+    assert (after.version, after.branch.head_message_id) == (ok.version, "n1")
+    assert await store.get_branch_state("nope") is None
+
+
+async def test_append_with_updates_moves_the_head_to_new_head(
+    store: SqlContextStore, chat: str
+) -> None:
+    main = await store.get_branch(chat, "main")
+    assert main is not None
+    result = await store.append_messages(
+        main.id,
+        [rec("m3", chat, None, "placeholder filled"), rec("n1", chat, "m3")],
+        expected_head="m3",
+        new_head="n1",
+    )
+    assert result.ok and result.head_message_id == "n1"
+    chain = await store.get_messages(chat)
+    assert [m.id for m in chain] == ["m0", "m1", "m2", "m3", "n1"]
+    assert chain[3].data["parts"][0]["text"] == "placeholder filled"
+    assert chain[3].parent_id == "m2"
+    with pytest.raises(errors.InvalidInputError, match="new_head"):
+        await store.append_messages(main.id, [rec("q", chat, "n1")], expected_head="n1", new_head="zz")

@@ -10,6 +10,7 @@ from agentcontext.store.base import AppendResult, ContextStore
 from agentcontext.store.records import (
     Branch,
     BranchInfo,
+    BranchState,
     Chat,
     ChatInfo,
     ChatUpdate,
@@ -25,6 +26,7 @@ __all__ = [
     "AppendResult",
     "Branch",
     "BranchInfo",
+    "BranchState",
     "Chat",
     "ChatInfo",
     "ChatUpdate",

@@ -130,6 +130,8 @@ class ChatRow(Base):
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONDocument)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    version: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    """Change counter: every write to the chat's graph increments it (see messages.version)."""
 
     __table_args__ = (
         Index("ix_chats_user_id_updated_at_id", "user_id", "updated_at", "id"),
@@ -144,7 +146,8 @@ class MessageRow(Base):
     stable insertion order). ``depth`` is the length of the chain ending at this message
     (a root has depth 1): it bounds chain walks and makes branch lengths free to read.
     ``search_text`` is the text the full-text index covers (text and reasoning parts and
-    tool names), extracted when the message is written.
+    tool names), extracted when the message is written. ``version`` lets an engine that holds
+    a chain in memory fetch only what changed since it last looked.
     """
 
     __tablename__ = "messages"
@@ -161,9 +164,12 @@ class MessageRow(Base):
     data: Mapped[Any] = mapped_column(JSONDocument, nullable=True)
     search_text: Mapped[str] = mapped_column(Text, server_default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    version: Mapped[int] = mapped_column(BigInteger)
+    """The chat's version when this row was last written (inserted or updated in place)."""
 
     __table_args__ = (
         Index("ix_messages_chat_id_parent_id", "chat_id", "parent_id"),
+        Index("ix_messages_chat_id_version", "chat_id", "version"),
         # Foreign-key checks on delete look children up by parent alone.
         Index("ix_messages_parent_id", "parent_id"),
         # PostgreSQL full-text index; SQLite uses the FTS5 table of _dialect instead.

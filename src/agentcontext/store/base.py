@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from agentcontext.store.records import (
     Branch,
     BranchInfo,
+    BranchState,
     Chat,
     ChatInfo,
     ChatUpdate,
@@ -28,13 +29,15 @@ class AppendResult(BaseModel):
     """Outcome of :meth:`ContextStore.append_messages`.
 
     ``ok`` is False when the branch head was not ``expected_head``; nothing was written and
-    ``head_message_id`` is the head found instead.
+    ``head_message_id`` is the head found instead. ``version`` is the chat's change version
+    after the write (or as found, on a conflict).
     """
 
     model_config = ConfigDict(frozen=True)
 
     ok: bool
     head_message_id: str | None
+    version: int
 
 
 class ContextStore(abc.ABC):
@@ -166,6 +169,10 @@ class ContextStore(abc.ABC):
         """The chain of the chat's active branch, root first."""
 
     @abc.abstractmethod
+    async def get_changes(self, chat_id: str, since_version: int) -> list[MessageRecord]:
+        """Messages of the chat inserted or updated after change version ``since_version``."""
+
+    @abc.abstractmethod
     async def has_children(self, message_id: str) -> bool:
         """Whether any message has this one as its parent."""
 
@@ -203,7 +210,7 @@ class ContextStore(abc.ABC):
         head_message_id: str | None,
         activate: bool,
         messages: Sequence[MessageRecord] = (),
-    ) -> Branch:
+    ) -> BranchInfo:
         """Create the next free branch ``{base_name}-vN`` (N = 2, 3, …) atomically.
 
         The new branch starts at ``head_message_id``; ``messages`` (chained, the first one's
@@ -218,6 +225,10 @@ class ContextStore(abc.ABC):
     @abc.abstractmethod
     async def get_branch_by_id(self, branch_id: str) -> Branch | None:
         """The branch with that id, or None."""
+
+    @abc.abstractmethod
+    async def get_branch_state(self, branch_id: str) -> BranchState | None:
+        """The branch with its chat's change version, read together; None if it is gone."""
 
     @abc.abstractmethod
     async def get_active_branch(self, chat_id: str) -> Branch | None:
@@ -241,11 +252,13 @@ class ContextStore(abc.ABC):
         messages: Sequence[MessageRecord],
         *,
         expected_head: str | None,
+        new_head: str | None = None,
     ) -> AppendResult:
-        """Write messages and move the branch head to the last of them, atomically.
+        """Write messages and move the branch head, atomically.
 
         Only if the head is still ``expected_head`` (compare-and-swap); otherwise nothing is
-        written. Counts as chat activity.
+        written. The head moves to ``new_head`` (default: the last message). Messages that
+        exist already are updated in place. Counts as chat activity.
         """
 
     @abc.abstractmethod

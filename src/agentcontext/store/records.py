@@ -14,6 +14,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 __all__ = [
     "Branch",
     "BranchInfo",
+    "BranchState",
     "Chat",
     "ChatInfo",
     "ChatUpdate",
@@ -100,6 +101,17 @@ class BranchInfo(Branch):
     """A branch with the length of its chain."""
 
     message_count: int
+
+
+class BranchState(_Record):
+    """A branch and the change version of its chat, read together.
+
+    ``version`` grows with every write to the chat's graph; an engine that cached the chain
+    at one version asks only for what changed since (``get_changes``).
+    """
+
+    branch: Branch
+    version: int
 
 
 class Checkpoint(_Record):

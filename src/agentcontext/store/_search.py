@@ -1,0 +1,111 @@
+"""Full-text search (one meaning on every backend) and the whole-graph view."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import ColumnElement, and_, select, true
+
+from agentcontext import _validate as v
+from agentcontext.store import _rows, _text
+from agentcontext.store._branches import BranchesMixin
+from agentcontext.store._schema import chats as C
+from agentcontext.store._schema import messages as M
+from agentcontext.store.records import Graph, GraphNode, SearchResult
+
+
+class SearchMixin(BranchesMixin):
+    """The search and graph methods of :class:`~agentcontext.SqlContextStore`."""
+
+    async def search_messages(
+        self,
+        chat_id: str,
+        query: str,
+        *,
+        roles: Sequence[str] | None = None,
+        limit: int = 20,
+    ) -> list[SearchResult]:
+        v.check_id(chat_id, "chat_id")
+        return await self._search(M.c.chat_id == chat_id, query, roles, limit, chat_id=chat_id)
+
+    async def search_user_messages(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        roles: Sequence[str] | None = None,
+        limit: int = 20,
+    ) -> list[SearchResult]:
+        v.check_id(user_id, "user_id")
+        scope = M.c.chat_id.in_(select(C.c.id).where(C.c.user_id == user_id))
+        return await self._search(scope, query, roles, limit)
+
+    async def _search(
+        self,
+        scope: ColumnElement[bool],
+        query: object,
+        roles: object,
+        limit: object,
+        *,
+        chat_id: str | None = None,
+    ) -> list[SearchResult]:
+        text = v.check_text(query, "query")
+        wanted_roles = None if roles is None else v.check_str_list(roles, "roles")
+        checked_limit = v.check_int(limit, "limit", minimum=1)
+        terms = _text.plain_terms(text)
+        if wanted_roles is not None:
+            scope = and_(scope, M.c.name.in_(wanted_roles)) if wanted_roles else ~true()
+        async with self._tx() as conn:
+            if chat_id is not None:
+                await self._require_chat(conn, chat_id)
+            if not terms:
+                return []
+            statement = self._dialect.search(terms, scope=scope, limit=checked_limit)
+            rows = (await conn.execute(statement)).all()
+        return [
+            _rows.build(
+                SearchResult,
+                {
+                    "message": _rows.message(row),
+                    "rank": float(row[7]),
+                    "snippet": _text.snippet(row[8], terms),
+                },
+            )
+            for row in rows
+        ]
+
+    async def get_graph(self, chat_id: str) -> Graph:
+        v.check_id(chat_id, "chat_id")
+        async with self._tx() as conn:
+            await self._require_chat(conn, chat_id)
+            rows = (
+                await conn.execute(
+                    select(M.c.id, M.c.parent_id, M.c.name, M.c.data, M.c.created_at)
+                    .where(M.c.chat_id == chat_id)
+                    .order_by(M.c.seq)
+                )
+            ).all()
+            branch_list = await self._list_branches(conn, chat_id)
+            checkpoint_list = await self._list_checkpoints(conn, chat_id)
+        nodes = [
+            _rows.build(
+                GraphNode,
+                {
+                    "id": row[0],
+                    "parent_id": row[1],
+                    "role": row[2],
+                    "preview": _text.preview(row[3]),
+                    "created_at": row[4],
+                },
+            )
+            for row in rows
+        ]
+        return _rows.build(
+            Graph,
+            {
+                "chat_id": chat_id,
+                "nodes": nodes,
+                "branches": branch_list,
+                "checkpoints": checkpoint_list,
+            },
+        )
