@@ -379,6 +379,11 @@ Use CTEs
 # --- codecs and refusals -------------------------------------------------------------------
 
 
+def test_keys_with_line_breaks_stay_on_their_line() -> None:
+    out = render(ContextFragment(name="multi\nline", data={"a\nb": "v"}))
+    assert out == "## Multi Line\n- **a b**: v"
+
+
 def test_never_a_python_repr() -> None:
     data = {"flag": True, "none": None, "nested": [{"a": [1, [2, {"b": False}]]}], "f": hint("x")}
     out = render(ContextFragment(name="x", data=data))

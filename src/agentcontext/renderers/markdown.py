@@ -22,6 +22,7 @@ Rules (following the original package, with its defects fixed):
   level). With ``group_fragments=True`` they are gathered, where the first of them stands,
   under ``- **Plurals**:`` (a ``## Plurals`` section at the top level); a name that appears
   once is not gathered.
+* Keys and names are written on one line (line breaks in them become spaces).
 * Scalars are ``true``/``false``, integers as digits, floats by ``repr``: a Python repr of a
   dict, a list, ``True`` or ``None`` is never printed. Text is not escaped, so Markdown in
   the content (``**``, backticks) keeps its meaning.
@@ -121,6 +122,8 @@ class MarkdownRenderer(ContextRenderer):
 
     def _bullet(self, label: str, value: Value, depth: int, out: list[str]) -> None:
         pad = "  " * depth
+        if "\n" in label or "\r" in label:
+            label = " ".join(label.split())  # a label stays on its bullet's line
         if isinstance(value, (str, int, float)):
             text = _scalar_text(value, depth)
             out.append(f"{pad}- **{label}**: {text}" if text else f"{pad}- **{label}**:")
