@@ -272,6 +272,12 @@ def test_a_codec_renders_its_decoded_value() -> None:
     assert out == "[x]\nfresh = 1"
 
 
+def test_group_fragments_is_accepted_and_changes_nothing() -> None:
+    fragments = [fragment("teachings", hint("First"), hint("Second")), hint("a"), hint("b")]
+    assert TomlRenderer(group_fragments=True).render(fragments) == TomlRenderer().render(fragments)
+    assert "[teachings]" in TomlRenderer(group_fragments=True).render(fragments)
+
+
 def test_refusals() -> None:
     with pytest.raises(InvalidInputError):
         TomlRenderer().render([user("hi")])

@@ -404,6 +404,13 @@ def test_a_codec_renders_its_decoded_value() -> None:
     )
 
 
+def test_group_fragments_is_accepted_and_changes_nothing() -> None:
+    fragments = [fragment("teachings", hint("First"), hint("Second")), hint("a"), hint("b")]
+    grouped = ToonRenderer(group_fragments=True).render(fragments)
+    assert grouped == ToonRenderer().render(fragments)
+    assert grouped.endswith("hint[2]: a,b")
+
+
 def test_refusals() -> None:
     with pytest.raises(InvalidInputError):
         ToonRenderer().render([user("hi")])

@@ -158,7 +158,19 @@ class TomlRenderer(ContextRenderer):
         # [term]
         # name = "LTV"
         # definition = "Lifetime Value"
+
+    Args:
+        group_fragments: Accepted so that every renderer takes the same options; it changes
+            nothing, since same-named fragments always become one array.
     """
+
+    def __init__(self, group_fragments: bool = False) -> None:
+        # Accepted so that every renderer takes the same options; same-named fragments
+        # are always merged into one array here, since TOML forbids duplicate keys.
+        self.group_fragments = group_fragments
+
+    def __repr__(self) -> str:
+        return "TomlRenderer()"
 
     def render(self, fragments: Sequence[ContextFragment]) -> str:
         """Render the fragments as TOML."""

@@ -134,7 +134,19 @@ class ToonRenderer(ContextRenderer):
         # users[2]{id,name}:
         #   1,Ada
         #   2,Bob
+
+    Args:
+        group_fragments: Accepted so that every renderer takes the same options; it changes
+            nothing, since same-named fragments always become one array.
     """
+
+    def __init__(self, group_fragments: bool = False) -> None:
+        # Accepted so that every renderer takes the same options; same-named fragments
+        # are always merged into one array here, since TOON forbids duplicate keys.
+        self.group_fragments = group_fragments
+
+    def __repr__(self) -> str:
+        return "ToonRenderer()"
 
     def render(self, fragments: Sequence[ContextFragment]) -> str:
         """Render the fragments as a TOON document."""
