@@ -60,13 +60,15 @@ class FragmentEstimate(BaseModel):
 
 
 class MessageEstimate(BaseModel):
-    """The tokens of one message's content (text the model sees; framing excluded)."""
+    """The tokens of one message's content, as the model is sent it (framing excluded)."""
 
     model_config = ConfigDict(frozen=True)
 
     id: str
     role: str
     tokens: int
+    sent: bool = True
+    """False when nothing of the message is sent (only reasoning, data or unfinished calls)."""
 
 
 class Estimate(BaseModel):
@@ -98,8 +100,8 @@ class Estimate(BaseModel):
     input_tokens: int = Field(description="Total input tokens of the request.")
     system_prompt_tokens: int
     overhead_tokens: int = Field(
-        description="Message framing: MESSAGE_OVERHEAD_TOKENS per message (the system prompt "
-        "counts as one) plus REPLY_PRIMING_TOKENS, or 0 for an empty request."
+        description="Message framing: MESSAGE_OVERHEAD_TOKENS per message sent (a non-blank "
+        "system prompt counts as one) plus REPLY_PRIMING_TOKENS, or 0 for an empty request."
     )
     fragments: list[FragmentEstimate]
     messages: list[MessageEstimate]
@@ -261,32 +263,43 @@ def _as_text(value: Any) -> str:
     )
 
 
-def _part_texts(part: Any) -> Iterable[str]:
+_FINISHED_TOOL_STATES = ("output-available", "output-error")
+
+
+def _part_texts(part: Any, role: str) -> Iterable[str]:
+    """The texts of a part the model is sent (the rules of ``ResolveResult.to_openai()``)."""
     kind = _get(part, "type")
     kind = kind if isinstance(kind, str) else ""
-    if kind in ("text", "reasoning"):
-        yield _as_text(_get(part, "text"))
-    elif kind in ("tool", "dynamic-tool") or kind.startswith("tool-"):
+    if kind == "reasoning" or kind == "data" or kind.startswith("data-"):
+        return  # reasoning and application data are never sent
+    if kind in ("tool", "dynamic-tool") or kind.startswith("tool-"):
+        state = _get(part, "state")
+        if role != "assistant" or (state is not None and state not in _FINISHED_TOOL_STATES):
+            return  # only an assistant's finished calls are sent, with their results
         name = _get(part, "tool_name", "toolName")
         yield _as_text(name if name is not None else kind.removeprefix("tool-"))
-        yield _as_text(_get(part, "input"))
-        yield _as_text(_get(part, "output"))
-        yield _as_text(_get(part, "error", "errorText"))
-    elif kind == "file":
-        # The file's content (images, PDFs) is priced by each provider in its own way and is
-        # not estimated; what is counted is the reference the model is given.
+        tool_input = _get(part, "input")
+        yield _as_text(tool_input) if tool_input is not None else "{}"
+        output = _get(part, "output")
+        if state == "output-error":
+            yield _as_text(_get(part, "error", "errorText")) or "error"
+        elif output is not None or state == "output-available":
+            yield _as_text(output) if output is not None else "null"
+        return
+    if kind == "file":
+        if role != "user":
+            return  # files are only sent in user messages
+        # The file's content (an image, a PDF) is priced by each provider in its own way and
+        # is not estimated; what is counted is the reference the model is given.
         yield _as_text(_get(part, "filename"))
         yield _as_text(_get(part, "media_type", "mediaType"))
         url = _get(part, "url")
         if isinstance(url, str) and not url.startswith("data:"):
             yield url
-    elif kind == "data" or kind.startswith("data-"):
-        yield _as_text(_get(part, "name"))
-        yield _as_text(_get(part, "data"))
-    else:
-        text = _get(part, "text")
-        if isinstance(text, str):
-            yield text
+        return
+    text = _get(part, "text")  # text parts, and any other part that carries text
+    if isinstance(text, str) and text.strip():
+        yield text
 
 
 def _message_tokens(message: Any, index: int, count: Callable[[str], int]) -> MessageEstimate:
@@ -302,13 +315,15 @@ def _message_tokens(message: Any, index: int, count: Callable[[str], int]) -> Me
         parts = []
     if isinstance(parts, str | bytes | Mapping) or not isinstance(parts, Iterable):
         raise InvalidTypeError(f"messages[{index}].parts must be a list of parts")
-    tokens = sum(count(text) for part in parts for text in _part_texts(part) if text)
     message_id = _get(message, "id")
     role = _get(message, "role")
+    role = "" if role is None else str(role)
+    texts = [text for part in parts for text in _part_texts(part, role) if text]
     return MessageEstimate(
         id="" if message_id is None else str(message_id),
-        role="" if role is None else str(role),
-        tokens=tokens,
+        role=role,
+        tokens=sum(count(text) for text in texts),
+        sent=bool(texts),
     )
 
 
@@ -350,11 +365,12 @@ def estimate_context(
         fragments: ``(fragment name, that fragment rendered on its own)`` pairs, for the
             per-fragment breakdown.
         messages: ``agentcontext.Message`` objects or dicts with ``id``, ``role`` and
-            ``parts``. Counted per part, as the model sees it: ``text`` and ``reasoning``
-            text; a tool call's name, its input and its output or error as compact JSON;
-            a ``data`` part's name and JSON; a ``file`` part's name, media type and URL (the
-            file's content itself, an image or a PDF, is priced differently by each provider
-            and is not included). Parts of other types count their ``text`` if they have one.
+            ``parts``. Only what ``ResolveResult.to_openai()`` / ``to_anthropic()`` send is
+            counted: non-blank text; an assistant's finished tool calls (name, input, and
+            output or error, as compact JSON unless a string); a user's files by name, media
+            type and URL (the content itself, an image or a PDF, is priced differently by each
+            provider and is not included). Reasoning and data parts, unfinished tool calls and
+            assistant files are never sent and count 0.
 
     Tokens are counted with, in order of preference: a tokenizer registered for the model,
     the model's registered tokenizer, the model family's tiktoken encoding (``o200k_base``
@@ -365,9 +381,9 @@ def estimate_context(
     sample is 6.9 % and its worst 43.8 % (short Chinese text; every other sample is within
     20 %), see ``docs/estimate.md``.
 
-    Each message, and the system prompt if not empty, adds ``MESSAGE_OVERHEAD_TOKENS``
-    for its framing, and a non-empty request adds ``REPLY_PRIMING_TOKENS`` (OpenAI's chat
-    format; other providers are close).
+    Each message that is sent, and the system prompt if not blank, adds
+    ``MESSAGE_OVERHEAD_TOKENS`` for its framing, and a non-empty request adds
+    ``REPLY_PRIMING_TOKENS`` (OpenAI's chat format; other providers are close).
 
     Returns:
         The :class:`Estimate`.
@@ -386,14 +402,14 @@ def estimate_context(
     counter = _counter_for(spec, model_id.strip().lower())
     count = counter.count
 
-    system_tokens = count(system_prompt) if system_prompt else 0
+    system_tokens = count(system_prompt) if system_prompt.strip() else 0
     fragment_estimates = [
         FragmentEstimate(name=name, tokens=count(text) if text else 0) for name, text in pairs
     ]
     message_estimates = [
         _message_tokens(message, index, count) for index, message in enumerate(messages)
     ]
-    framed = len(message_estimates) + (1 if system_prompt else 0)
+    framed = sum(entry.sent for entry in message_estimates) + (1 if system_tokens else 0)
     overhead = framed * MESSAGE_OVERHEAD_TOKENS + REPLY_PRIMING_TOKENS if framed else 0
     total = system_tokens + sum(entry.tokens for entry in message_estimates) + overhead
     if total < 0:  # pragma: no cover - counts are validated non-negative

@@ -107,10 +107,8 @@ def test_known_model_uses_tiktoken_counts_and_prices(cl100k: Any) -> None:
         (
             "m2",
             "assistant",
-            sum(
-                count_with(cl100k, text)
-                for text in ["Call the weather tool.", *tool_texts, "It is 21 °C in Lisbon."]
-            ),
+            # The reasoning part is not sent, so it is not counted.
+            sum(count_with(cl100k, text) for text in [*tool_texts, "It is 21 °C in Lisbon."]),
         ),
     ]
     overhead = 3 * MESSAGE_OVERHEAD_TOKENS + REPLY_PRIMING_TOKENS
@@ -406,13 +404,20 @@ class Message(BaseModel):
     parts: list[TextPart | ToolPart | FilePart | DataPart]
 
 
-def test_messages_as_objects_count_what_the_model_sees() -> None:
+def test_messages_as_objects_count_what_the_model_is_sent() -> None:
     register_tokenizer("gpt-4o", len)
-    message = Message(
-        id="x1",
+    files = [
+        FilePart(media_type="image/png", url="https://example.com/a.png", filename="a.png"),
+        FilePart(media_type="image/png", url="data:image/png;base64,AAAA"),
+        FilePart(media_type="application/pdf", data="QUJD" * 100),
+    ]
+    user = Message(id="u1", role="user", parts=[TextPart(text="look"), *files])
+    assistant = Message(
+        id="a1",
         role="assistant",
         parts=[
             TextPart(text="hello"),
+            TextPart(text="   "),
             ToolPart(
                 tool_call_id="c1",
                 tool_name="search",
@@ -420,28 +425,32 @@ def test_messages_as_objects_count_what_the_model_sees() -> None:
                 state="output-error",
                 error="boom",
             ),
-            FilePart(media_type="image/png", url="https://example.com/a.png", filename="a.png"),
-            FilePart(media_type="image/png", url="data:image/png;base64,AAAA"),
-            FilePart(media_type="application/pdf", data="QUJD" * 100),
+            ToolPart(tool_call_id="c2", tool_name="late", input={"q": 1}, state="input-available"),
+            ToolPart(tool_call_id="c3", tool_name="ok", input=None, state="output-available"),
+            *files,
             DataPart(name="weather", data={"t": 1}),
         ],
     )
-    result = estimate_context("gpt-4o", system_prompt="", fragments=[], messages=[message])
-    expected = [
-        "hello",
-        "search",
-        '{"q":"é"}',
-        "boom",
+    silent = Message(id="s1", role="assistant", parts=[DataPart(name="x", data=1)])
+    result = estimate_context(
+        "gpt-4o", system_prompt="", fragments=[], messages=[user, assistant, silent]
+    )
+    user_texts = [
+        "look",
         "a.png",
         "image/png",
         "https://example.com/a.png",
         "image/png",
         "application/pdf",
-        "weather",
-        '{"t":1}',
     ]
-    assert result.messages[0].tokens == sum(len(text) for text in expected)
-    assert result.messages[0].id == "x1"
+    assistant_texts = ["hello", "search", '{"q":"é"}', "boom", "ok", "{}", "null"]
+    assert [(m.id, m.tokens, m.sent) for m in result.messages] == [
+        ("u1", sum(len(text) for text in user_texts), True),
+        ("a1", sum(len(text) for text in assistant_texts), True),
+        ("s1", 0, False),
+    ]
+    # Only the two messages that are sent are framed.
+    assert result.overhead_tokens == 2 * MESSAGE_OVERHEAD_TOKENS + REPLY_PRIMING_TOKENS
 
 
 def test_message_dicts_in_ai_sdk_shape() -> None:
@@ -451,17 +460,24 @@ def test_message_dicts_in_ai_sdk_shape() -> None:
         "role": "assistant",
         "parts": [
             {"type": "step-start"},
+            {"type": "reasoning", "text": "hidden"},
             {"type": "tool-lookup", "toolCallId": "c", "input": "abc", "output": "de"},
-            {"type": "file", "mediaType": "text/plain", "url": "u"},
             {"type": "data-progress", "data": 5},
             {"type": "custom", "text": "zz"},
             {"type": "custom-without-text"},
         ],
     }
-    result = estimate_context("gpt-4o", system_prompt="", fragments=[], messages=[message])
-    assert result.messages[0].tokens == len(
-        "lookup" + "abc" + "de" + "text/plain" + "u" + "5" + "zz"
-    )
+    user = {"id": "u2", "role": "user", "parts": [{"type": "file", "mediaType": "a/b", "url": "u"}]}
+    result = estimate_context("gpt-4o", system_prompt="", fragments=[], messages=[message, user])
+    assert result.messages[0].tokens == len("lookup" + "abc" + "de" + "zz")
+    assert result.messages[1].tokens == len("a/b" + "u")
+
+
+def test_blank_system_prompt_is_not_sent() -> None:
+    register_tokenizer("gpt-4o", len)
+    result = estimate_context("gpt-4o", system_prompt="  \n ", fragments=[], messages=[])
+    assert result.system_prompt_tokens == 0
+    assert result.input_tokens == 0
 
 
 @pytest.mark.parametrize(
