@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from sqlalchemy import delete, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -19,7 +19,7 @@ from agentcontext.errors import (
 )
 from agentcontext.store import _rows
 from agentcontext.store._core import BRANCH_COLS, CHECKPOINT_COLS, check_records, new_id
-from agentcontext.store._messages import MessagesMixin
+from agentcontext.store._messages import ExistingMessages, MessagesMixin
 from agentcontext.store._schema import branches as B
 from agentcontext.store._schema import chats as C
 from agentcontext.store._schema import checkpoints as K
@@ -36,12 +36,13 @@ from agentcontext.store.records import (
 
 
 class _Conflict(Exception):
-    """Internal: the branch head moved; unwinds (and rolls back) the transaction."""
+    """Internal: the append cannot go ahead; unwinds (and rolls back) the transaction."""
 
-    def __init__(self, head: str | None, version: int) -> None:
+    def __init__(self, head: str | None, version: int, existing: list[str] | None = None) -> None:
         super().__init__(head)
         self.head = head
         self.version = version
+        self.existing = existing or []
 
 
 class BranchesMixin(MessagesMixin):
@@ -262,14 +263,11 @@ class BranchesMixin(MessagesMixin):
         *,
         expected_head: str | None,
         new_head: str | None = None,
+        updates: Collection[str] | None = None,
     ) -> AppendResult:
-        """See :meth:`ContextStore.append_messages`.
-
-        ``new_head`` (default: the last message) is where the head moves; it must be one of
-        ``messages``. Messages that already exist are updated in place (their parent stays).
-        """
         v.check_id(branch_id, "branch_id")
         v.check_optional_id(expected_head, "expected_head")
+        allowed = None if updates is None else set(v.check_str_list(updates, "updates"))
         records = check_records(messages)
         if not records:
             raise InvalidInputError("append_messages needs at least one message")
@@ -297,12 +295,20 @@ class BranchesMixin(MessagesMixin):
                     )
                 if row[1] != expected_head:
                     raise _Conflict(row[1], version - 1)  # rolls back the version bump
-                await self._write_messages(conn, records, {chat_id: version})
+                try:
+                    await self._write_messages(conn, records, {chat_id: version}, updates=allowed)
+                except ExistingMessages as refused:
+                    raise _Conflict(row[1], version - 1, refused.ids) from None
                 await conn.execute(
                     update(B).where(B.c.id == branch_id).values(head_message_id=head)
                 )
         except _Conflict as conflict:
-            return AppendResult(ok=False, head_message_id=conflict.head, version=conflict.version)
+            return AppendResult(
+                ok=False,
+                head_message_id=conflict.head,
+                version=conflict.version,
+                existing=conflict.existing,
+            )
         return AppendResult(ok=True, head_message_id=head, version=version)
 
     async def list_branches(self, chat_id: str) -> list[BranchInfo]:

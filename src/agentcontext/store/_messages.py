@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from sqlalchemy import exists, literal, select, update
@@ -16,6 +16,14 @@ from agentcontext.store._core import IN_CHUNK, MESSAGE_COLS, SqlCore, check_reco
 from agentcontext.store._schema import branches as B
 from agentcontext.store._schema import messages as M
 from agentcontext.store.records import MessageRecord
+
+
+class ExistingMessages(Exception):
+    """Internal: messages that were to be inserted exist already (rolls the transaction back)."""
+
+    def __init__(self, ids: list[str]) -> None:
+        super().__init__(ids)
+        self.ids = ids
 
 
 class MessagesMixin(SqlCore):
@@ -51,18 +59,28 @@ class MessagesMixin(SqlCore):
         return found
 
     async def _write_messages(
-        self, conn: AsyncConnection, records: list[MessageRecord], versions: dict[str, int]
+        self,
+        conn: AsyncConnection,
+        records: list[MessageRecord],
+        versions: dict[str, int],
+        *,
+        updates: Collection[str] | None = None,
     ) -> list[MessageRecord]:
         """Upsert checked records inside the caller's write transaction.
 
         ``versions`` maps each chat to the change version this transaction writes with.
         New messages get their depth from their parent (stored, or earlier in the batch);
         existing ones keep parent, chat, depth and creation time and take the new content.
+        With ``updates``, only those ids may exist already; others raise ExistingMessages.
         """
         batch_ids = {r.id for r in records}
         lookup = set(batch_ids)
         lookup.update(r.parent_id for r in records if r.parent_id is not None)
         existing = await self._fetch_nodes(conn, lookup)
+        if updates is not None:
+            refused = [r.id for r in records if r.id in existing and r.id not in updates]
+            if refused:
+                raise ExistingMessages(refused)
         depth: dict[str, int] = {}
         chat_of: dict[str, str] = {}
         rows: list[dict[str, Any]] = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -38,6 +38,8 @@ class AppendResult(BaseModel):
     ok: bool
     head_message_id: str | None
     version: int
+    existing: list[str] = []
+    """With ``updates``: the ids that exist already but were not allowed to."""
 
 
 class ContextStore(abc.ABC):
@@ -253,12 +255,15 @@ class ContextStore(abc.ABC):
         *,
         expected_head: str | None,
         new_head: str | None = None,
+        updates: Collection[str] | None = None,
     ) -> AppendResult:
         """Write messages and move the branch head, atomically.
 
         Only if the head is still ``expected_head`` (compare-and-swap); otherwise nothing is
         written. The head moves to ``new_head`` (default: the last message). Messages that
-        exist already are updated in place. Counts as chat activity.
+        exist already are updated in place (their parent stays). With ``updates``, only the
+        ids in it may exist already: if another one does, nothing is written and
+        :attr:`AppendResult.existing` lists them. Counts as chat activity.
         """
 
     @abc.abstractmethod
