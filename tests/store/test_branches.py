@@ -241,4 +241,6 @@ async def test_append_with_updates_moves_the_head_to_new_head(
     assert chain[3].data["parts"][0]["text"] == "placeholder filled"
     assert chain[3].parent_id == "m2"
     with pytest.raises(errors.InvalidInputError, match="new_head"):
-        await store.append_messages(main.id, [rec("q", chat, "n1")], expected_head="n1", new_head="zz")
+        await store.append_messages(
+            main.id, [rec("q", chat, "n1")], expected_head="n1", new_head="zz"
+        )

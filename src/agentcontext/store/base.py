@@ -14,6 +14,7 @@ from agentcontext.store.records import (
     BranchInfo,
     BranchState,
     Chat,
+    ChatExport,
     ChatInfo,
     ChatUpdate,
     Checkpoint,
@@ -319,3 +320,13 @@ class ContextStore(abc.ABC):
     @abc.abstractmethod
     async def get_graph(self, chat_id: str) -> Graph:
         """Every message, branch and checkpoint of the chat."""
+
+    # --- transfer ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def export_chat(self, chat_id: str) -> ChatExport:
+        """Everything of a chat as plain data (see :class:`~agentcontext.ChatExport`)."""
+
+    @abc.abstractmethod
+    async def import_chat(self, export: ChatExport) -> None:
+        """Write an exported chat as it was; the chat id must be free."""

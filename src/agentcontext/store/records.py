@@ -7,7 +7,7 @@ microsecond precision on both backends.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
@@ -15,6 +15,7 @@ __all__ = [
     "Branch",
     "BranchInfo",
     "BranchState",
+    "ChatExport",
     "Chat",
     "ChatInfo",
     "ChatUpdate",
@@ -155,4 +156,21 @@ class Graph(_Record):
     chat_id: str
     nodes: list[GraphNode]
     branches: list[BranchInfo]
+    checkpoints: list[Checkpoint]
+
+
+class ChatExport(BaseModel):
+    """A whole chat as plain data: what ``export_chat`` returns and ``import_chat`` takes.
+
+    ``messages`` come parents first. The JSON form (``model_dump(mode="json")``) moves a chat
+    between databases and backends unchanged: ids, timestamps, branches (with the active one)
+    and checkpoints.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["agentcontext.chat/1"] = "agentcontext.chat/1"
+    chat: Chat
+    messages: list[MessageRecord]
+    branches: list[Branch]
     checkpoints: list[Checkpoint]

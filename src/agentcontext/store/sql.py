@@ -2,7 +2,8 @@
 
 The implementation is split by subject: ``_core`` (engine, schema, transactions, errors),
 ``_chats``, ``_messages`` (with ``_chain``), ``_branches`` (and checkpoints), ``_search``
-(and the graph view); dialect differences live in ``_dialect``.
+(and the graph view), ``_transfer`` (export and import); dialect differences live in
+``_dialect``.
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from agentcontext.store._chats import ChatsMixin
-from agentcontext.store._search import SearchMixin
+from agentcontext.store._transfer import TransferMixin
 
 __all__ = ["InMemoryContextStore", "SqlContextStore"]
 
 
-class SqlContextStore(ChatsMixin, SearchMixin):
+class SqlContextStore(ChatsMixin, TransferMixin):
     """A :class:`~agentcontext.ContextStore` on SQLite (``sqlite+aiosqlite://``) or
     PostgreSQL (``postgresql+asyncpg://``).
 
