@@ -1,0 +1,12 @@
+"""The ``agentcontext`` command line (``agentcontext ...`` or ``python -m agentcontext ...``).
+
+Commands: ``demo``, ``migrate``, ``chats``, ``show``, ``search``, ``export``, ``import`` and
+``mermaid``; run ``agentcontext --help`` for the list and ``agentcontext COMMAND --help`` for
+each. See ``docs/cli.md``.
+"""
+
+from __future__ import annotations
+
+from agentcontext.cli._app import build_parser, main
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,143 @@
+"""The ``agentcontext`` command: the parser, dispatch and error reporting."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from typing import cast
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from agentcontext import __version__
+from agentcontext.cli import _browse, _demo, _migrate, _transfer
+from agentcontext.cli._common import (
+    DEFAULT_URL,
+    ENV_VAR,
+    EXIT_ERROR,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_OUTDATED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    Env,
+    Handler,
+    exit_code,
+)
+from agentcontext.cli._output import Output
+from agentcontext.errors import ContextError
+
+__all__ = ["build_parser", "main"]
+
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES = f"""\
+exit codes:
+  {EXIT_OK}    success
+  {EXIT_ERROR}    any other error (for example, the chat id of an import is taken)
+  {EXIT_USAGE}    usage error or invalid input (bad option, URL, file or revision)
+  {EXIT_NOT_FOUND}    not found (chat, file)
+  {EXIT_OUTDATED}    database schema missing or outdated (the message gives the command to run)
+  {EXIT_UNAVAILABLE}    database unreachable
+  {EXIT_INTERRUPTED}  interrupted
+"""
+
+EPILOG = f"""\
+database URL:
+  --url (before or after the command), else ${ENV_VAR},
+  else {DEFAULT_URL} (a file in the current directory).
+  Reading commands never create or migrate a database; import and demo migrate it.
+  Passwords in URLs are never printed.
+
+output:
+  Tables, colours and trees on a terminal; plain text when stdout is not a terminal
+  (tables become tab-separated lines with a header line).
+
+{EXIT_CODES}"""
+
+URL_HELP = f"database URL (default: ${ENV_VAR}, else {DEFAULT_URL})"
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps one-paragraph descriptions; keeps multi-line text (the epilogs) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every command."""
+    parser = argparse.ArgumentParser(
+        prog="agentcontext",
+        description="Inspect and manage agentcontext databases: chats, message graphs, "
+        "search, export and import, and schema migrations.",
+        epilog=EPILOG,
+        formatter_class=_Formatter,
+    )
+    parser.add_argument("--url", metavar="URL", help=URL_HELP)
+    parser.add_argument("--version", action="version", version=f"agentcontext {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _demo.register(commands)
+    _migrate.register(commands)
+    _browse.register(commands)
+    _transfer.register(commands)
+    for sub in commands.choices.values():
+        _finish(sub)
+    return parser
+
+
+def _finish(parser: argparse.ArgumentParser) -> None:
+    """Every command accepts ``--url`` after its name too, and lists the exit codes."""
+    parser.epilog = parser.epilog or EXIT_CODES
+    parser.formatter_class = _Formatter
+    parser.add_argument("--url", metavar="URL", default=argparse.SUPPRESS, help=URL_HELP)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _finish(cast(argparse.ArgumentParser, sub))
+
+
+def _scrub(message: str, url: str) -> str:
+    """One line, with the URL's password hidden even if a driver message repeated it."""
+    text = " ".join(message.split())
+    try:
+        password = make_url(url).password
+    except ArgumentError:
+        return text.replace(url, "<URL>") if url else text
+    if password:
+        text = text.replace(url, make_url(url).render_as_string(hide_password=True))
+        text = text.replace(f":{password}@", ":***@")
+    return text
+
+
+def _report(message: str, url: str) -> None:
+    sys.stderr.write(f"error: {_scrub(message, url) or 'unknown error'}\n")
+    sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error (argparse exits 2)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    env = Env.from_args(args.url, Output())
+    handler = cast(Handler, args.handler)
+    try:
+        return asyncio.run(handler(args, env))
+    except ContextError as exc:
+        _report(str(exc), env.url)
+        return exit_code(exc)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader (e.g. `head`) went away: stop quietly, without a second error at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_ERROR

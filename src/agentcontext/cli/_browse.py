@@ -1,0 +1,232 @@
+"""Reading commands: ``chats``, ``show``, ``search`` and ``mermaid``."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from datetime import datetime
+from typing import Any
+
+from agentcontext.cli._common import EXIT_OK, Env, open_store
+from agentcontext.errors import ChatNotFoundError, InvalidInputError
+from agentcontext.store import Chat, SqlContextStore
+from agentcontext.views import graph_to_mermaid, visualize_graph
+
+__all__ = ["meta_filter", "non_negative", "positive", "register"]
+
+_INT = re.compile(r"[+-]?\d+")
+ROLES = ("system", "user", "assistant")
+
+
+def meta_filter(text: str) -> tuple[str, str | int | bool]:
+    """Parse ``key=value``: ``true``/``false`` become bools, integers ints, ``"..."`` a str."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        return key, value[1:-1]
+    if value.lower() in ("true", "false"):
+        return key, value.lower() == "true"
+    if _INT.fullmatch(value):
+        return key, int(value)
+    return key, value
+
+
+def non_negative(text: str) -> int:
+    """An int >= 0 for argparse."""
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {number}")
+    return number
+
+
+def positive(text: str) -> int:
+    """An int >= 1 for argparse."""
+    number = non_negative(text)
+    if number == 0:
+        raise argparse.ArgumentTypeError("must be 1 or more, got 0")
+    return number
+
+
+def register(commands: Any) -> None:
+    """Add ``chats``, ``show``, ``search`` and ``mermaid`` to the command parsers."""
+    chats = commands.add_parser(
+        "chats",
+        help="list chats as a table, newest activity first",
+        description="List chats (id, title, messages, branches, last activity), newest "
+        "activity first. Values of --meta are read as int or bool when they look like one "
+        "(n=3, flag=true); quote them to keep a string (n='\"3\"').",
+    )
+    chats.add_argument("--user", metavar="USER", help="only this user's chats (default: all)")
+    chats.add_argument(
+        "--meta",
+        metavar="KEY=VALUE",
+        action="append",
+        type=meta_filter,
+        default=[],
+        help="only chats whose metadata has KEY equal to VALUE (repeatable; all must match)",
+    )
+    chats.add_argument("--limit", type=non_negative, metavar="N", help="at most N chats")
+    chats.add_argument("--offset", type=non_negative, default=0, metavar="N", help="skip N")
+    chats.set_defaults(handler=_chats)
+
+    show = commands.add_parser(
+        "show",
+        help="show a chat's message graph as a tree, with branches and checkpoints",
+        description="Show a chat: its message graph as a tree (the active branch marked *, "
+        "checkpoints in braces), then its branches and checkpoints.",
+    )
+    show.add_argument("chat", metavar="CHAT", help="the chat id")
+    show.set_defaults(handler=_show)
+
+    search = commands.add_parser(
+        "search",
+        help="full-text search in a chat, or in all of a user's chats",
+        description="Search message text on every branch of CHAT, best match first. With "
+        "--user and no CHAT, search all of that user's chats. QUERY is plain text: every word "
+        "must occur.",
+    )
+    search.add_argument("chat", nargs="?", metavar="CHAT", help="the chat id (omit with --user)")
+    search.add_argument("query", metavar="QUERY", help="the words to find")
+    search.add_argument("--user", metavar="USER", help="search all chats of USER")
+    search.add_argument(
+        "--role",
+        action="append",
+        choices=ROLES,
+        metavar="ROLE",
+        help="only messages of this role: system, user or assistant (repeatable)",
+    )
+    search.add_argument(
+        "--limit", type=positive, default=20, metavar="N", help="at most N hits (default 20)"
+    )
+    search.set_defaults(handler=_search)
+
+    mermaid = commands.add_parser(
+        "mermaid",
+        help="print a chat's graph as a Mermaid flowchart",
+        description="Print a chat's message graph as a Mermaid flowchart, for Markdown or "
+        "the Mermaid live editor.",
+    )
+    mermaid.add_argument("chat", metavar="CHAT", help="the chat id")
+    mermaid.set_defaults(handler=_mermaid)
+
+
+def _count(number: int, noun: str) -> str:
+    plural = noun + ("es" if noun.endswith("ch") else "s")
+    return f"{number} {noun if number == 1 else plural}"
+
+
+def _when(value: datetime, rich: bool) -> str:
+    if rich:
+        return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return value.isoformat()
+
+
+async def _require_chat(store: SqlContextStore, chat_id: str) -> Chat:
+    chat = await store.get_chat(chat_id)
+    if chat is None:
+        raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
+    return chat
+
+
+async def _chats(args: argparse.Namespace, env: Env) -> int:
+    async with open_store(env) as store:
+        chats = await store.list_chats(
+            user_id=args.user,
+            metadata=dict(args.meta) or None,
+            limit=args.limit,
+            offset=args.offset,
+        )
+    columns = ["id", "title", "messages", "branches", "last activity"]
+    if args.user is None:
+        columns.insert(1, "user")
+    rows = []
+    for chat in chats:
+        row = [chat.id, chat.title or "", str(chat.message_count), str(chat.branch_count)]
+        row.append(_when(chat.updated_at, env.out.rich))
+        if args.user is None:
+            row.insert(1, chat.user_id)
+        rows.append(row)
+    env.out.table(columns, rows, numeric=("messages", "branches"))
+    if env.out.rich and not rows:
+        env.out.line("no chats", style="dim")
+    return EXIT_OK
+
+
+async def _show(args: argparse.Namespace, env: Env) -> int:
+    async with open_store(env) as store:
+        chat = await _require_chat(store, args.chat)
+        graph = await store.get_graph(args.chat)
+    out = env.out
+    title = f" · {chat.title}" if chat.title else ""
+    counts = (
+        _count(len(graph.nodes), "message"),
+        _count(len(graph.branches), "branch"),
+        _count(len(graph.checkpoints), "checkpoint"),
+    )
+    out.line(f"chat {chat.id} · user {chat.user_id}{title} · {' · '.join(counts)}", style="bold")
+    out.line()
+    out.graph_tree(visualize_graph(graph))
+    out.heading("Branches")
+    out.table(
+        ["branch", "active", "head", "messages", "created"],
+        [
+            [
+                branch.name,
+                "*" if branch.is_active else "",
+                branch.head_message_id or "",
+                str(branch.message_count),
+                _when(branch.created_at, out.rich),
+            ]
+            for branch in graph.branches
+        ],
+        numeric=("messages",),
+    )
+    out.heading("Checkpoints")
+    out.table(
+        ["checkpoint", "message", "created"],
+        [
+            [point.name, point.message_id, _when(point.created_at, out.rich)]
+            for point in graph.checkpoints
+        ],
+    )
+    return EXIT_OK
+
+
+async def _search(args: argparse.Namespace, env: Env) -> int:
+    if args.chat is None and args.user is None:
+        raise InvalidInputError(
+            "search needs a CHAT, or --user USER to search all of a user's chats"
+        )
+    async with open_store(env) as store:
+        if args.chat is None:
+            hits = await store.search_user_messages(
+                args.user, args.query, roles=args.role, limit=args.limit
+            )
+        else:
+            chat = await _require_chat(store, args.chat)
+            if args.user is not None and chat.user_id != args.user:
+                raise ChatNotFoundError(f"user {args.user!r} has no chat {args.chat!r}")
+            hits = await store.search_messages(
+                args.chat, args.query, roles=args.role, limit=args.limit
+            )
+    columns = ["chat", "message", "role", "rank", "snippet"]
+    rows = [
+        [hit.chat_id, hit.message.id, hit.message.name, f"{hit.rank:.4g}", hit.snippet]
+        for hit in hits
+    ]
+    env.out.table(columns, rows, numeric=("rank",))
+    if env.out.rich:
+        env.out.line(_count(len(rows), "match"), style="dim")
+    return EXIT_OK
+
+
+async def _mermaid(args: argparse.Namespace, env: Env) -> int:
+    async with open_store(env) as store:
+        await _require_chat(store, args.chat)
+        graph = await store.get_graph(args.chat)
+    env.out.raw(graph_to_mermaid(graph) + "\n")
+    return EXIT_OK

@@ -1,0 +1,150 @@
+"""What every command shares: the database URL, opening the store, exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from agentcontext.cli._output import Output
+from agentcontext.errors import (
+    ContextError,
+    InvalidInputError,
+    NotFoundError,
+    SchemaOutdatedError,
+    StoreUnavailableError,
+)
+from agentcontext.store import SqlContextStore
+
+__all__ = [
+    "DEFAULT_URL",
+    "ENV_VAR",
+    "EXIT_ERROR",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_OUTDATED",
+    "EXIT_UNAVAILABLE",
+    "EXIT_USAGE",
+    "Env",
+    "Handler",
+    "exit_code",
+    "hidden_url",
+    "open_store",
+    "parse_url",
+    "sqlite_file",
+]
+
+DEFAULT_URL = "sqlite+aiosqlite:///agentcontext.db"
+ENV_VAR = "AGENTCONTEXT_URL"
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_OUTDATED = 4
+EXIT_UNAVAILABLE = 5
+
+
+def exit_code(error: ContextError) -> int:
+    """The exit code for an error (see the ``--help`` epilog)."""
+    if isinstance(error, InvalidInputError):
+        return EXIT_USAGE
+    if isinstance(error, NotFoundError):
+        return EXIT_NOT_FOUND
+    if isinstance(error, SchemaOutdatedError):
+        return EXIT_OUTDATED
+    if isinstance(error, StoreUnavailableError):
+        return EXIT_UNAVAILABLE
+    return EXIT_ERROR
+
+
+def parse_url(url: str) -> URL:
+    """The parsed URL, or InvalidInputError (the text is not echoed: it may hold a password)."""
+    try:
+        return make_url(url)
+    except ArgumentError:
+        raise InvalidInputError(
+            "cannot parse the database URL; expected e.g. sqlite+aiosqlite:///chat.db "
+            "or postgresql+asyncpg://user@host/db"
+        ) from None
+
+
+def hidden_url(url: str) -> str:
+    """The URL with its password replaced by ``***``."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable URL>"
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file an SQLite URL names, or None (another backend, in-memory, or a URI)."""
+    parsed = parse_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    database = parsed.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+@dataclass(frozen=True)
+class Env:
+    """A command's surroundings: the database URL, where it came from, and the output."""
+
+    url: str
+    url_explicit: bool
+    """True when ``--url`` was given (so suggested commands must repeat it)."""
+    out: Output
+
+    @classmethod
+    def from_args(cls, url: str | None, out: Output) -> Env:
+        if url is not None:
+            return cls(url=url, url_explicit=True, out=out)
+        return cls(url=os.environ.get(ENV_VAR) or DEFAULT_URL, url_explicit=False, out=out)
+
+    @property
+    def shown_url(self) -> str:
+        return hidden_url(self.url)
+
+    def command(self, *words: str) -> str:
+        """An ``agentcontext`` command line for this database (``--url`` only if it was given)."""
+        url = f" --url '{self.shown_url}'" if self.url_explicit else ""
+        return "agentcontext" + url + "".join(f" {word}" for word in words)
+
+    def missing_database(self) -> SchemaOutdatedError | None:
+        """An error when the URL names an SQLite file that does not exist (reads never create
+        one), else None."""
+        path = sqlite_file(self.url)
+        if path is None or path.exists():
+            return None
+        return SchemaOutdatedError(
+            f"no agentcontext database at {path} (the file does not exist); "
+            f"create it with: {self.command('migrate', 'upgrade')}"
+        )
+
+
+Handler = Callable[[argparse.Namespace, Env], Coroutine[Any, Any, int]]
+
+
+@asynccontextmanager
+async def open_store(env: Env, *, write: bool = False) -> AsyncIterator[SqlContextStore]:
+    """The store at the command's URL.
+
+    Reading commands never change the schema: an outdated database raises
+    SchemaOutdatedError, and a missing SQLite file is not created. Writing commands migrate
+    an empty or outdated database to the newest revision first, as the library does.
+    """
+    if not write:
+        missing = env.missing_database()
+        if missing is not None:
+            raise missing
+    async with SqlContextStore(env.url, migrate="auto" if write else False) as store:
+        yield store

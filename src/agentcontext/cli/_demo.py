@@ -1,0 +1,241 @@
+"""``agentcontext demo``: the main job of the library, end to end, offline, in a few seconds."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from agentcontext.cli._common import EXIT_OK, Env
+from agentcontext.engine import ContextEngine
+from agentcontext.estimate import Estimate
+from agentcontext.fragments import (
+    ContextFragment,
+    assistant_text,
+    example,
+    glossary,
+    guardrail,
+    hint,
+    persona,
+    role,
+    style_guide,
+    user,
+    workflow,
+)
+from agentcontext.renderers import (
+    ContextRenderer,
+    MarkdownRenderer,
+    TomlRenderer,
+    ToonRenderer,
+    XmlRenderer,
+)
+from agentcontext.store import SqlContextStore
+from agentcontext.views import visualize_graph
+
+__all__ = ["DEMO_CHAT", "DEMO_FILE", "DEMO_MODEL", "register"]
+
+DEMO_FILE = "agentcontext-demo.db"
+DEMO_CHAT = "demo"
+DEMO_USER = "demo-user"
+DEMO_MODEL = "gpt-4o"
+
+FORMATS: tuple[tuple[str, ContextRenderer, str], ...] = (
+    ("XML", XmlRenderer(), "xml"),
+    ("Markdown", MarkdownRenderer(), "markdown"),
+    ("TOML", TomlRenderer(), "toml"),
+    ("TOON", ToonRenderer(), "text"),
+)
+
+
+def register(commands: Any) -> None:
+    """Add ``demo`` to the command parsers."""
+    demo = commands.add_parser(
+        "demo",
+        help="run a scripted support chat and show the graph, prompts and estimate",
+        description=f"Create the chat '{DEMO_CHAT}' (recreated on every run) with a realistic "
+        "system prompt, save scripted turns (no network), rewind, checkpoint, restore and "
+        "fork with btw; then print the graph, the system prompt in XML, Markdown, TOML and "
+        f"TOON with its token count, and a token and cost estimate for {DEMO_MODEL}. Uses "
+        f"its own SQLite file {DEMO_FILE} in the current directory unless --url is given "
+        "(AGENTCONTEXT_URL is ignored here, so the demo never writes to your database "
+        "unless asked).",
+    )
+    demo.set_defaults(handler=_demo)
+
+
+def system_prompt() -> list[ContextFragment]:
+    """The system prompt of a bookshop's support assistant."""
+    return [
+        persona(
+            "Ada",
+            role="customer support agent for Orbit Books",
+            objective="solve the customer's problem in as few messages as possible",
+            tone="friendly and precise",
+        ),
+        role("You answer questions about orders, shipping and returns for Orbit Books."),
+        hint("Keep answers under three sentences unless the customer asks for detail."),
+        hint("Quote order numbers exactly as the customer wrote them."),
+        guardrail(
+            "Never reveal another customer's order or address.",
+            reason="privacy law and customer trust",
+            action="Ask the customer to sign in and confirm the order's e-mail address.",
+        ),
+        workflow(
+            "Refund request",
+            [
+                "Find the order",
+                "Check it was placed within 30 days",
+                "Confirm the amount with the customer",
+                "Issue the refund to the original payment method",
+            ],
+            triggers=["refund", "money back", "cancel my order"],
+        ),
+        glossary(
+            {
+                "ETA": "estimated time of arrival",
+                "RMA": "return merchandise authorization, needed before any return",
+                "hub": "the regional depot an order leaves on its last day of transit",
+            }
+        ),
+        example(
+            "Where is my order #1042?",
+            "Order #1042 left our warehouse on Monday; DHL expects to deliver it on Thursday.",
+            note="Always give the carrier and the ETA.",
+        ),
+        style_guide("plain words", never="jargon without explaining it", always="say what's next"),
+    ]
+
+
+class _Demo:
+    """The scripted conversation, step by step, each step reported on one line."""
+
+    def __init__(self, context: ContextEngine, env: Env) -> None:
+        self.context = context
+        self.env = env
+        self.step = 0
+
+    def say(self, text: str) -> None:
+        self.step += 1
+        self.env.out.line(f"{self.step:>2}. {text}")
+
+    async def turn(self, key: str, question: str, answer: str) -> str:
+        self.context.set(
+            user(question, id=f"demo-u{key}"), assistant_text(answer, id=f"demo-a{key}")
+        )
+        saved = await self.context.save()
+        self.say(f"[{self.context.branch}] user: {question!r} -> assistant replied")
+        assert saved.head_message_id is not None
+        return saved.head_message_id
+
+    async def run(self) -> None:
+        c = self.context
+        c.set(*system_prompt())
+        self.say(f"system prompt: {', '.join(f.name for f in c.fragments)}")
+        first = await self.turn(
+            "1",
+            "Hi! Where is my order #1042?",
+            "Order #1042 left our warehouse yesterday with DHL; the ETA is Thursday.",
+        )
+        await self.turn(
+            "2",
+            "Can I still change the delivery address?",
+            "Yes, until it leaves the regional hub tonight. What is the new address?",
+        )
+        point = await c.checkpoint("address-asked")
+        self.say(f"checkpoint {point.name!r} at {point.message_id}")
+        await self.turn(
+            "3",
+            "Actually, I would rather cancel and get my money back.",
+            "Done: the order is within 30 days, so $42.50 goes back to your card in 3-5 days.",
+        )
+        branch = await c.rewind(first)
+        self.say(f"rewind to {first}: new branch {branch.name} (main is untouched)")
+        await self.turn(
+            "4",
+            "Does DHL deliver on Saturdays?",
+            "In most cities, yes; your ETA stays Thursday either way.",
+        )
+        await c.switch_branch("main")
+        branch = await c.restore(point.name)
+        self.say(f"switch to main, restore {point.name!r}: new branch {branch.name}")
+        await self.turn(
+            "5",
+            "Please send it to 12 Harbour Street, Leith.",
+            "Updated: order #1042 now goes to 12 Harbour Street, Leith, still by Thursday.",
+        )
+        home = c.branch or "main"
+        side = await c.btw()
+        self.say(f"btw: side branch {side.name} forked at the head; still on {c.branch}")
+        await c.switch_branch(side.name)
+        await self.turn(
+            "6", "By the way, do you sell gift cards?", "We do, from $10 to $200, sent by e-mail."
+        )
+        await c.switch_branch(home)
+        self.say(f"switch back to {home}")
+
+
+async def _estimates(context: ContextEngine) -> list[tuple[str, str, str, Estimate]]:
+    out = []
+    for name, renderer, lexer in FORMATS:
+        rendered = renderer.render(context.fragments)
+        out.append((name, lexer, rendered, await context.estimate(DEMO_MODEL, renderer=renderer)))
+    return out
+
+
+def _money(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:.6f}"
+
+
+async def _demo(args: argparse.Namespace, env: Env) -> int:
+    url = env.url if env.url_explicit else f"sqlite+aiosqlite:///{DEMO_FILE}"
+    out = env.out
+    async with SqlContextStore(url) as store:
+        await store.delete_chat(DEMO_CHAT)
+        context = ContextEngine(
+            store=store, chat_id=DEMO_CHAT, user_id=DEMO_USER, metadata={"source": "demo"}
+        )
+        out.line(f"agentcontext demo: chat {DEMO_CHAT!r} in {store.url}", style="bold")
+        await _Demo(context, env).run()
+        await context.update_chat(title="Order #1042: address change")
+        graph = await store.get_graph(DEMO_CHAT)
+        resolved = await context.resolve()
+        estimates = await _estimates(context)
+
+    out.heading("Conversation graph")
+    out.graph_tree(visualize_graph(graph))
+    out.line()
+    out.line(
+        f"active branch {context.branch}: {len(resolved.messages)} messages sent to the model",
+        style="dim",
+    )
+    for name, lexer, rendered, estimate in estimates:
+        out.heading(f"System prompt as {name} ({estimate.system_prompt_tokens} tokens)")
+        out.code(rendered, lexer)
+
+    out.heading(f"Prompt size per format for {DEMO_MODEL}")
+    out.table(
+        ["format", "system prompt tokens", "input tokens", "input cost"],
+        [
+            [name, str(e.system_prompt_tokens), str(e.input_tokens), _money(e.cost)]
+            for name, _, _, e in estimates
+        ],
+        numeric=("system prompt tokens", "input tokens", "input cost"),
+    )
+    xml = estimates[0][3]
+    out.heading(f"Estimate for {xml.model_id} (XML prompt, offline)")
+    tokenizer = xml.tokenizer + (" (approximation)" if xml.approximate else "")
+    limit = "unknown" if xml.context_limit is None else f"{xml.context_limit:,}"
+    rate = xml.input_price_per_mtok
+    price = "unknown" if rate is None else f"${rate:.2f}/Mtok"
+    out.pairs(
+        [
+            ("model", f"{xml.model_id} ({xml.provider or 'unknown provider'})"),
+            ("tokenizer", tokenizer),
+            ("system prompt", f"{xml.system_prompt_tokens} tokens"),
+            ("messages", f"{sum(m.tokens for m in xml.messages)} tokens in {len(xml.messages)}"),
+            ("framing", f"{xml.overhead_tokens} tokens"),
+            ("input tokens", str(xml.input_tokens)),
+            ("context window", f"{limit} ({'exceeded' if xml.exceeds_context else 'fits'})"),
+            ("input cost", f"{_money(xml.cost)} at {price} ({xml.price_source})"),
+        ]
+    )
+    return EXIT_OK

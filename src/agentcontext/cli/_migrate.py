@@ -1,0 +1,207 @@
+"""``agentcontext migrate``: upgrade, downgrade, current and check, with the packaged migrations."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
+from sqlalchemy import Connection
+from sqlalchemy.exc import SQLAlchemyError
+
+from agentcontext.cli._common import EXIT_OK, Env
+from agentcontext.errors import (
+    ContextError,
+    InvalidInputError,
+    SchemaOutdatedError,
+    StoreError,
+    StoreUnavailableError,
+)
+from agentcontext.store import SqlContextStore
+from agentcontext.store import _migrate as m
+from agentcontext.store._dialect import is_connection_error
+
+__all__ = ["register"]
+
+_EMPTY = "empty"
+
+
+def register(commands: Any) -> None:
+    """Add ``migrate`` and its actions to the command parsers."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "migrate",
+        help="upgrade, downgrade or check the database schema",
+        description="Manage the agentcontext schema of the database at --url with the "
+        "migrations packaged with this version of agentcontext.",
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    up = actions.add_parser(
+        "upgrade",
+        help="upgrade the schema (to the newest revision by default)",
+        description="Upgrade the schema to REVISION (default: head, the newest). Creates the "
+        "tables in an empty database. Safe to run while other processes start.",
+    )
+    up.add_argument("revision", nargs="?", default="head", metavar="REVISION")
+    up.set_defaults(handler=_upgrade)
+    down = actions.add_parser(
+        "downgrade",
+        help="downgrade the schema to a revision ('base' removes it)",
+        description="Downgrade the schema to REVISION: a revision id, a relative step such "
+        "as -1, or 'base' to drop every agentcontext table (and its data).",
+    )
+    down.add_argument("revision", metavar="REVISION")
+    down.set_defaults(handler=_downgrade)
+    current = actions.add_parser(
+        "current",
+        help="print the database's revision, or 'empty'",
+        description="Print the revision the database is at, or 'empty' when it has no "
+        "agentcontext schema. Never changes the database.",
+    )
+    current.set_defaults(handler=_current)
+    check = actions.add_parser(
+        "check",
+        help="exit 0 if the schema is up to date, 4 (with the command to run) if not",
+        description="Exit 0 when the database is at the newest revision. Otherwise print the "
+        "command that upgrades it and exit 4. Never changes the database.",
+    )
+    check.set_defaults(handler=_check)
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _translate(env: Env, exc: BaseException) -> ContextError:
+    if is_connection_error(exc):
+        reason = " ".join(str(getattr(exc, "orig", None) or exc).split()[:40])
+        return StoreUnavailableError(
+            f"cannot reach the database at {env.shown_url}: {reason or type(exc).__name__}"
+        )
+    return StoreError(f"database error on {env.shown_url}: {getattr(exc, 'orig', None) or exc}")
+
+
+@asynccontextmanager
+async def _engine_of(env: Env) -> AsyncIterator[SqlContextStore]:
+    """A store used only for its engine (never initialised, so nothing is migrated)."""
+    store = SqlContextStore(env.url, migrate=False)
+    try:
+        yield store
+    except (SQLAlchemyError, OSError, TimeoutError) as exc:
+        raise _translate(env, exc) from exc
+    finally:
+        await store.close()
+
+
+async def _revision(store: SqlContextStore) -> str | None:
+    async with store.engine.connect() as conn:
+        revision: str | None = await conn.run_sync(m.current_revision)
+    return revision
+
+
+def _known(revision: str) -> bool:
+    try:
+        return ScriptDirectory.from_config(m.make_config()).get_revision(revision) is not None
+    except CommandError:
+        return False
+
+
+def _label(revision: str | None) -> str:
+    if revision is None:
+        return _EMPTY
+    return f"{revision} (head)" if revision == m.head_revision() else revision
+
+
+def _newer(env: Env, revision: str) -> SchemaOutdatedError:
+    return SchemaOutdatedError(
+        f"the database at {env.shown_url} is at revision {revision}, which this version of "
+        "agentcontext does not know: it was migrated by a newer version. Upgrade agentcontext."
+    )
+
+
+async def _run(store: SqlContextStore, step: Callable[[Connection], None]) -> None:
+    try:
+        await m.run_in_write_transaction(store.engine, step)
+    except CommandError as exc:
+        raise InvalidInputError(f"migration refused: {exc}") from None
+
+
+# --- actions ------------------------------------------------------------------------------------
+
+
+async def _current(args: argparse.Namespace, env: Env) -> int:
+    if env.missing_database() is not None:
+        env.out.line(_EMPTY)
+        return EXIT_OK
+    async with _engine_of(env) as store:
+        revision = await _revision(store)
+    if env.out.rich:
+        env.out.line(_label(revision), style="bold")
+    else:
+        env.out.line(revision or _EMPTY)
+    return EXIT_OK
+
+
+async def _check(args: argparse.Namespace, env: Env) -> int:
+    missing = env.missing_database()
+    if missing is not None:
+        raise missing
+    head = m.head_revision()
+    async with _engine_of(env) as store:
+        revision = await _revision(store)
+    if revision == head:
+        env.out.line(f"up to date: {env.shown_url} is at revision {head} (head)", style="green")
+        return EXIT_OK
+    if revision is not None and not _known(revision):
+        raise _newer(env, revision)
+    state = "has no agentcontext schema" if revision is None else f"is at revision {revision}"
+    raise SchemaOutdatedError(
+        f"the database at {env.shown_url} {state}; this version of agentcontext needs "
+        f"revision {head}. Upgrade it with: {env.command('migrate', 'upgrade')}"
+    )
+
+
+async def _upgrade(args: argparse.Namespace, env: Env) -> int:
+    target: str = args.revision
+    async with _engine_of(env) as store:
+        before = await _revision(store)
+        if before is not None and not _known(before):
+            raise _newer(env, before)
+
+        def step(connection: Connection) -> None:
+            m.upgrade_in_transaction(connection, target)
+
+        await _run(store, step)
+        after = await _revision(store)
+    if before == after:
+        env.out.line(f"{env.shown_url} is already at revision {_label(after)}")
+    else:
+        env.out.line(
+            f"upgraded {env.shown_url} from {_label(before)} to {_label(after)}", style="green"
+        )
+    return EXIT_OK
+
+
+async def _downgrade(args: argparse.Namespace, env: Env) -> int:
+    target: str = args.revision
+    missing = env.missing_database()
+    if missing is not None:
+        raise missing
+    async with _engine_of(env) as store:
+        before = await _revision(store)
+        if before is not None and not _known(before):
+            raise _newer(env, before)
+
+        def step(connection: Connection) -> None:
+            m.downgrade_in_transaction(connection, target)
+
+        await _run(store, step)
+        after = await _revision(store)
+    if before == after:
+        env.out.line(f"{env.shown_url} is already at revision {_label(after)}")
+    else:
+        env.out.line(
+            f"downgraded {env.shown_url} from {_label(before)} to {_label(after)}", style="green"
+        )
+    return EXIT_OK

@@ -1,0 +1,157 @@
+"""Terminal output: rich (colours, tables, syntax) on a terminal, plain text when piped.
+
+Plain mode never writes an ANSI escape code: text is written as is, tables become
+tab-separated lines with a header line, so the output can be read by ``cut``, ``awk`` or a
+spreadsheet.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from rich.console import Console
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["Output", "one_line"]
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+_ROLE_STYLES = {"user": "green", "assistant": "magenta", "system": "yellow"}
+_TREE_LINE = re.compile(r"^(?P<prefix>[│├└─ ]*)(?P<id>\S+) \((?P<role>[^)]*)\): (?P<rest>.*)$")
+_MARK = re.compile(r"<mark>(.*?)</mark>", re.DOTALL)
+
+
+def one_line(value: object) -> str:
+    """The value as text on one line: tabs, line breaks and control characters become spaces."""
+    return _CONTROL.sub(" ", str(value))
+
+
+class Output:
+    """Where a command writes its results (stdout).
+
+    Args:
+        rich: force rich (True) or plain (False) output; by default rich exactly when stdout
+            is a terminal (``FORCE_COLOR`` / ``NO_COLOR`` are honoured as rich defines them).
+        file: the stream to write to (default: ``sys.stdout``).
+    """
+
+    def __init__(self, *, rich: bool | None = None, file: TextIO | None = None) -> None:
+        self._file = file if file is not None else sys.stdout
+        self.console = Console(file=self._file, highlight=False, emoji=False, markup=False)
+        self.rich = self.console.is_terminal if rich is None else rich
+
+    # --- text -----------------------------------------------------------------------------------
+
+    def raw(self, text: str) -> None:
+        """Write text exactly as given (JSON, Mermaid), in both modes."""
+        self._file.write(text)
+        self._file.flush()
+
+    def line(self, text: str = "", style: str | None = None) -> None:
+        """One line of text; ``style`` applies on a terminal only."""
+        if self.rich:
+            self.console.print(Text(text, style=style or ""))
+        else:
+            self.raw(text + "\n")
+
+    def heading(self, text: str) -> None:
+        """A section title: a rule on a terminal, ``== text ==`` when piped."""
+        if self.rich:
+            self.console.print()
+            self.console.rule(Text(text, style="bold cyan"))
+        else:
+            self.raw(f"\n== {text} ==\n")
+
+    def code(self, text: str, lexer: str) -> None:
+        """A block of source (a rendered prompt), highlighted on a terminal."""
+        if self.rich:
+            self.console.print(Syntax(text, lexer, theme="ansi_dark", word_wrap=True))
+        else:
+            self.raw(text if text.endswith("\n") else text + "\n")
+
+    def pairs(self, rows: Sequence[tuple[str, str]]) -> None:
+        """Labelled values: an aligned grid on a terminal, ``label: value`` lines when piped."""
+        if self.rich:
+            grid = Table.grid(padding=(0, 2))
+            grid.add_column(style="bold")
+            grid.add_column()
+            for label, value in rows:
+                grid.add_row(label, value)
+            self.console.print(grid)
+        else:
+            for label, value in rows:
+                self.raw(f"{label}: {one_line(value)}\n")
+
+    # --- tables and trees -----------------------------------------------------------------------
+
+    def table(
+        self,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[str]],
+        *,
+        title: str | None = None,
+        numeric: Sequence[str] = (),
+    ) -> None:
+        """A table: rich on a terminal, tab-separated with a header line when piped."""
+        if not self.rich:
+            self.raw("\t".join(columns) + "\n")
+            for row in rows:
+                self.raw("\t".join(one_line(cell) for cell in row) + "\n")
+            return
+        table = Table(title=title, title_style="bold", header_style="bold cyan")
+        for name in columns:
+            table.add_column(name, justify="right" if name in numeric else "left")
+        for row in rows:
+            table.add_row(*(self._cell(cell) for cell in row))
+        self.console.print(table)
+
+    @staticmethod
+    def _cell(value: str) -> Text:
+        """A table cell; ``<mark>``…``</mark>`` (search hits) shown highlighted."""
+        text = Text()
+        last = 0
+        for match in _MARK.finditer(value):
+            text.append(one_line(value[last : match.start()]))
+            text.append(one_line(match.group(1)), style="bold reverse")
+            last = match.end()
+        text.append(one_line(value[last:]))
+        return text
+
+    def graph_tree(self, tree: str) -> None:
+        """The ASCII tree of ``visualize_graph``, coloured on a terminal."""
+        if not self.rich:
+            self.raw(tree + "\n")
+            return
+        for line in tree.split("\n"):
+            self.console.print(self._tree_line(line))
+
+    @staticmethod
+    def _tree_line(line: str) -> Text:
+        match = _TREE_LINE.match(line)
+        if match is None:
+            style = "bold" if line.startswith("[chat:") else "dim"
+            return Text(line, style=style)
+        text = Text()
+        text.append(match["prefix"], style="dim")
+        text.append(match["id"], style="cyan")
+        role = match["role"]
+        text.append(f" ({role}): ", style=_ROLE_STYLES.get(role, ""))
+        rest = match["rest"]
+        cut = len(rest)
+        marks = ""
+        if rest.endswith("}") and " {" in rest:
+            cut = rest.rindex(" {")
+            marks = rest[cut:]
+        heads = ""
+        if " <- [" in rest[:cut]:
+            start = rest.rindex(" <- [", 0, cut)
+            heads = rest[start:cut]
+            cut = start
+        text.append(rest[:cut])
+        text.append(heads, style="bold blue")
+        text.append(marks, style="bold yellow")
+        return text

@@ -1,0 +1,116 @@
+"""``export`` and ``import``: a chat as JSON, moved between databases and backends unchanged."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from agentcontext.cli._common import EXIT_OK, Env, open_store
+from agentcontext.errors import ContextError, InvalidInputError, NotFoundError
+from agentcontext.store import ChatExport
+
+__all__ = ["export_text", "register"]
+
+
+def register(commands: Any) -> None:
+    """Add ``export`` and ``import`` to the command parsers."""
+    export = commands.add_parser(
+        "export",
+        help="write a chat as JSON (stdout by default)",
+        description="Write CHAT with all its messages, branches and checkpoints as JSON: "
+        "ids, timestamps and the active branch included. Keys are sorted, so the same chat "
+        "gives the same bytes on every backend.",
+    )
+    export.add_argument("chat", metavar="CHAT", help="the chat id")
+    export.add_argument(
+        "-o", "--output", metavar="FILE", help="write to FILE instead of stdout ('-': stdout)"
+    )
+    export.set_defaults(handler=_export)
+
+    load = commands.add_parser(
+        "import",
+        help="read a chat exported as JSON into the database",
+        description="Read a chat written by 'agentcontext export' from FILE ('-' for stdin) "
+        "and store it exactly as it was. The chat id must be free. Migrates an empty "
+        "database first.",
+    )
+    load.add_argument("file", metavar="FILE", help="the JSON file, or - for stdin")
+    load.set_defaults(handler=_import)
+
+
+def export_text(exported: ChatExport) -> str:
+    """The JSON form of an export: indented, keys sorted, non-ASCII kept as is."""
+    data = exported.model_dump(mode="json")
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _summary(exported: ChatExport) -> str:
+    return (
+        f"chat {exported.chat.id} ({len(exported.messages)} messages, "
+        f"{len(exported.branches)} branches, {len(exported.checkpoints)} checkpoints)"
+    )
+
+
+async def _export(args: argparse.Namespace, env: Env) -> int:
+    async with open_store(env) as store:
+        exported = await store.export_chat(args.chat)
+    text = export_text(exported)
+    if args.output in (None, "-"):
+        env.out.raw(text)
+        return EXIT_OK
+    path = _write(args.output, text)
+    env.out.line(f"exported {_summary(exported)} to {path}", style="green")
+    return EXIT_OK
+
+
+def _write(name: str, text: str) -> Path:
+    path = Path(name)
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ContextError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def _read(name: str) -> str:
+    if name == "-":
+        return sys.stdin.read()
+    path = Path(name)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NotFoundError(f"no such file: {path}") from None
+    except UnicodeDecodeError:
+        raise InvalidInputError(f"{path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise ContextError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _parse(name: str, text: str) -> ChatExport:
+    where = "stdin" if name == "-" else name
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(f"{where} is not valid JSON: {exc}") from None
+    try:
+        return ChatExport.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        location = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        raise InvalidInputError(
+            f"{where} is not an agentcontext chat export: {exc.error_count()} problem(s), "
+            f"first at {location}: {first['msg']}"
+        ) from None
+
+
+async def _import(args: argparse.Namespace, env: Env) -> int:
+    exported = _parse(args.file, _read(args.file))
+    async with open_store(env, write=True) as store:
+        await store.import_chat(exported)
+    env.out.line(f"imported {_summary(exported)} into {env.shown_url}", style="green")
+    return EXIT_OK
