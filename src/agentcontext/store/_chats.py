@@ -201,6 +201,7 @@ class ChatsMixin(SqlCore):
 
     async def _delete_chat_rows(self, conn: AsyncConnection, chat_id: str) -> None:
         """Delete everything of a chat, children before parents."""
+        await self._delete_snapshot_rows(conn, chat_id)
         await conn.execute(delete(K).where(K.c.chat_id == chat_id))
         await conn.execute(delete(B).where(B.c.chat_id == chat_id))
         await conn.execute(delete(M).where(M.c.chat_id == chat_id))

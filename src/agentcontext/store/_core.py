@@ -312,3 +312,7 @@ class SqlCore(ContextStore):
         if version is None:
             raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
         return version
+
+    async def _delete_snapshot_rows(self, conn: AsyncConnection, chat_id: str) -> None:
+        """Delete a chat's snapshots and resolve records (implemented with snapshots)."""
+        raise NotImplementedError

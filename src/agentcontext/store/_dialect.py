@@ -63,6 +63,21 @@ class Dialect:
         """An INSERT supporting ``on_conflict_do_update`` / ``on_conflict_do_nothing``."""
         return sqlite.insert(table) if self.is_sqlite else postgresql.insert(table)
 
+    def insert_blobs(self, table: Table) -> Any:
+        """Insert-if-absent for content-addressed blobs.
+
+        PostgreSQL touches an existing row (``DO UPDATE``) so it stays locked until the
+        writer's transaction ends: a concurrent garbage collection (``FOR UPDATE SKIP
+        LOCKED``) cannot delete it in between. SQLite writers are serialised anyway, and
+        rewriting a row there would copy its whole content, so it does nothing.
+        """
+        insert = self.insert(table)
+        if self.is_sqlite:
+            return insert.on_conflict_do_nothing(index_elements=[table.c.hash])
+        return insert.on_conflict_do_update(
+            index_elements=[table.c.hash], set_={"size": insert.excluded.size}
+        )
+
     def metadata_filter(self, column: Any, wanted: Mapping[str, str | int | bool]) -> Any:
         """A WHERE clause matching chats whose top-level metadata has every key/value given.
 

@@ -20,6 +20,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -39,10 +40,15 @@ from agentcontext._validate import dumps
 __all__ = [
     "VERSION_TABLE",
     "Base",
+    "BlobRow",
     "BranchRow",
     "ChatRow",
     "CheckpointRow",
     "MessageRow",
+    "RecordMessageRow",
+    "ResolveRecordRow",
+    "SnapshotItemRow",
+    "SnapshotRow",
     "UTCDateTime",
 ]
 
@@ -225,7 +231,98 @@ class CheckpointRow(Base):
     )
 
 
+class BlobRow(Base):
+    """Content addressed by its SHA-256, stored once however many things refer to it."""
+
+    __tablename__ = "blobs"
+
+    hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    media_type: Mapped[str] = mapped_column(String(255))
+    content: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class SnapshotRow(Base):
+    """A context snapshot, attached to a chat and the head message it was taken at."""
+
+    __tablename__ = "snapshots"
+
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    chat_id: Mapped[str] = mapped_column(String(255), ForeignKey("chats.id", ondelete="CASCADE"))
+    message_id: Mapped[str | None] = mapped_column(String(255), ForeignKey("messages.id"))
+    selection: Mapped[str] = mapped_column(String(16))
+    summary: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        Index("ix_snapshots_chat_id_created_at", "chat_id", "created_at"),
+        Index("ix_snapshots_message_id", "message_id"),
+    )
+
+
+class SnapshotItemRow(Base):
+    """One item of a snapshot; its content is a blob."""
+
+    __tablename__ = "snapshot_items"
+
+    snapshot_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("snapshots.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    path: Mapped[str] = mapped_column(Text)
+    blob_hash: Mapped[str] = mapped_column(String(64), ForeignKey("blobs.hash"))
+    preview: Mapped[str | None] = mapped_column(Text)
+    media_type: Mapped[str] = mapped_column(String(255))
+    size: Mapped[int] = mapped_column(BigInteger)
+    selection: Mapped[str | None] = mapped_column(String(16))
+
+    __table_args__ = (Index("ix_snapshot_items_blob_hash", "blob_hash"),)
+
+
+class ResolveRecordRow(Base):
+    """What a model was shown by one ``resolve(record=True)``: prompt and messages as blobs."""
+
+    __tablename__ = "resolve_records"
+
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    chat_id: Mapped[str] = mapped_column(String(255), ForeignKey("chats.id", ondelete="CASCADE"))
+    branch_id: Mapped[str | None] = mapped_column(String(255))
+    branch_name: Mapped[str | None] = mapped_column(String(255))
+    head_message_id: Mapped[str | None] = mapped_column(String(255), ForeignKey("messages.id"))
+    renderer: Mapped[str] = mapped_column(String(255))
+    prompt_hash: Mapped[str] = mapped_column(String(64), ForeignKey("blobs.hash"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        Index("ix_resolve_records_chat_id_created_at", "chat_id", "created_at"),
+        Index("ix_resolve_records_prompt_hash", "prompt_hash"),
+        Index("ix_resolve_records_head_message_id", "head_message_id"),
+    )
+
+
+class RecordMessageRow(Base):
+    """The messages of a resolve record, in order, each as a blob of its JSON."""
+
+    __tablename__ = "record_messages"
+
+    record_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("resolve_records.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    message_id: Mapped[str] = mapped_column(String(255))
+    blob_hash: Mapped[str] = mapped_column(String(64), ForeignKey("blobs.hash"))
+
+    __table_args__ = (Index("ix_record_messages_blob_hash", "blob_hash"),)
+
+
 chats = cast(Table, ChatRow.__table__)
 messages = cast(Table, MessageRow.__table__)
 branches = cast(Table, BranchRow.__table__)
 checkpoints = cast(Table, CheckpointRow.__table__)
+blobs = cast(Table, BlobRow.__table__)
+snapshots = cast(Table, SnapshotRow.__table__)
+snapshot_items = cast(Table, SnapshotItemRow.__table__)
+resolve_records = cast(Table, ResolveRecordRow.__table__)
+record_messages = cast(Table, RecordMessageRow.__table__)

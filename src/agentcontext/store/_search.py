@@ -8,13 +8,13 @@ from sqlalchemy import ColumnElement, and_, select, true
 
 from agentcontext import _validate as v
 from agentcontext.store import _rows, _text
-from agentcontext.store._branches import BranchesMixin
 from agentcontext.store._schema import chats as C
 from agentcontext.store._schema import messages as M
+from agentcontext.store._snapshots import SnapshotsMixin
 from agentcontext.store.records import Graph, GraphNode, SearchResult
 
 
-class SearchMixin(BranchesMixin):
+class SearchMixin(SnapshotsMixin):
     """The search and graph methods of :class:`~agentcontext.SqlContextStore`."""
 
     async def search_messages(

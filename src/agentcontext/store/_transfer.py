@@ -18,8 +18,10 @@ from agentcontext.store._schema import branches as B
 from agentcontext.store._schema import chats as C
 from agentcontext.store._schema import checkpoints as K
 from agentcontext.store._schema import messages as M
+from agentcontext.store._schema import snapshots as SN
 from agentcontext.store._search import SearchMixin
-from agentcontext.store.records import Branch, ChatExport, MessageRecord
+from agentcontext.store._snapshots import _check_blobs
+from agentcontext.store.records import Branch, ChatExport, ExportedBlob, MessageRecord
 
 
 def _parents_first(records: list[MessageRecord]) -> list[MessageRecord]:
@@ -64,6 +66,11 @@ class TransferMixin(SearchMixin):
             ).all()
             branches = await self._list_branches(conn, chat_id)
             checkpoints = await self._list_checkpoints(conn, chat_id)
+            snapshots = list(reversed(await self._snapshots(conn, SN.c.chat_id == chat_id, True)))
+        blobs: dict[str, ExportedBlob] = {}
+        for snapshot in snapshots:
+            for digest, (data, media_type) in snapshot.contents.items():
+                blobs.setdefault(digest, ExportedBlob.of(digest, media_type, data))
         return ChatExport(
             chat=_rows.chat(row),
             messages=[_rows.message(r) for r in messages],
@@ -71,6 +78,8 @@ class TransferMixin(SearchMixin):
                 _rows.build(Branch, b.model_dump(exclude={"message_count"})) for b in branches
             ],
             checkpoints=checkpoints,
+            snapshots=snapshots,
+            blobs=sorted(blobs.values(), key=lambda blob: blob.hash),
         )
 
     async def import_chat(self, export: ChatExport) -> None:
@@ -115,6 +124,21 @@ class TransferMixin(SearchMixin):
                 )
         if len({c.name for c in export.checkpoints}) != len(export.checkpoints):
             raise InvalidInputError("an export holds two checkpoints with the same name")
+        try:
+            contents = {blob.hash: (blob.data, blob.media_type) for blob in export.blobs}
+        except ValueError:
+            raise InvalidInputError("a blob of the export is not valid base64") from None
+        held = _check_blobs(contents)
+        for snapshot in export.snapshots:
+            if snapshot.id is None or snapshot.created_at is None or snapshot.chat_id != chat.id:
+                raise InvalidGraphError("an exported snapshot lacks its id, time or chat")
+            if snapshot.message_id is not None and snapshot.message_id not in ids:
+                raise InvalidGraphError(f"snapshot {snapshot.id!r} points at a missing message")
+            for item in snapshot.items:
+                if item.blob is None or item.blob not in held:
+                    raise InvalidGraphError(
+                        f"snapshot {snapshot.id!r} item {item.path!r} has no content in the export"
+                    )
         async with self._tx(write=True) as conn:
             taken = await conn.scalar(select(literal(1)).where(C.c.id == chat.id))
             if taken is not None:
@@ -154,4 +178,11 @@ class TransferMixin(SearchMixin):
                         message_id=checkpoint.message_id,
                         created_at=checkpoint.created_at,
                     )
+                )
+            await self._put_blobs(conn, held)
+            for snapshot in export.snapshots:
+                assert snapshot.id is not None
+                assert snapshot.created_at is not None
+                await self._insert_snapshot(
+                    conn, snapshot, snapshot.id, chat.id, snapshot.message_id, snapshot.created_at
                 )

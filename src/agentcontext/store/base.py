@@ -9,6 +9,7 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict
 
+from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store.records import (
     Branch,
     BranchInfo,
@@ -20,6 +21,7 @@ from agentcontext.store.records import (
     Checkpoint,
     Graph,
     MessageRecord,
+    ResolveRecord,
     SearchResult,
 )
 
@@ -320,6 +322,64 @@ class ContextStore(abc.ABC):
     @abc.abstractmethod
     async def get_graph(self, chat_id: str) -> Graph:
         """Every message, branch and checkpoint of the chat."""
+
+    # --- blobs, snapshots, resolve records ---------------------------------------------------
+
+    @abc.abstractmethod
+    async def put_blob(
+        self,
+        content: bytes,
+        *,
+        media_type: str = "application/octet-stream",
+        expected_hash: str | None = None,
+    ) -> str:
+        """Store content once under its SHA-256; return the hash."""
+
+    @abc.abstractmethod
+    async def read_blob(self, blob: str) -> bytes | None:
+        """The exact bytes stored under a hash, or None."""
+
+    @abc.abstractmethod
+    async def save_snapshot(
+        self, snapshot: ContextSnapshot, *, chat_id: str, message_id: str | None
+    ) -> ContextSnapshot:
+        """Store a snapshot (and the contents it holds) attached to a chat and a message."""
+
+    @abc.abstractmethod
+    async def get_snapshot(
+        self, snapshot_id: str, *, with_content: bool = False
+    ) -> ContextSnapshot | None:
+        """A stored snapshot, or None; ``with_content`` loads its items' contents too."""
+
+    @abc.abstractmethod
+    async def list_snapshots(self, chat_id: str) -> list[ContextSnapshot]:
+        """The chat's snapshots, newest first."""
+
+    @abc.abstractmethod
+    async def create_resolve_record(
+        self,
+        chat_id: str,
+        *,
+        branch_id: str | None,
+        branch_name: str | None,
+        head_message_id: str | None,
+        renderer: str,
+        system_prompt: str,
+        messages: Sequence[tuple[str, bytes]],
+    ) -> ResolveRecord:
+        """Store what a model was shown (prompt and messages as blobs)."""
+
+    @abc.abstractmethod
+    async def get_resolve_record(self, record_id: str) -> ResolveRecord | None:
+        """A resolve record, or None."""
+
+    @abc.abstractmethod
+    async def list_resolve_records(self, chat_id: str) -> list[ResolveRecord]:
+        """The chat's resolve records, newest first."""
+
+    @abc.abstractmethod
+    async def collect_garbage(self) -> int:
+        """Delete blobs nothing refers to; return how many."""
 
     # --- transfer ---------------------------------------------------------------------------
 

@@ -6,16 +6,20 @@ microsecond precision on both backends.
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from agentcontext.snapshots import ContextSnapshot
 
 __all__ = [
     "Branch",
     "BranchInfo",
     "BranchState",
     "ChatExport",
+    "ExportedBlob",
     "Chat",
     "ChatInfo",
     "ChatUpdate",
@@ -23,6 +27,7 @@ __all__ = [
     "Graph",
     "GraphNode",
     "MessageRecord",
+    "ResolveRecord",
     "SearchResult",
     "utcnow",
 ]
@@ -159,6 +164,25 @@ class Graph(_Record):
     checkpoints: list[Checkpoint]
 
 
+class ResolveRecord(_Record):
+    """What one ``resolve(record=True)`` showed the model.
+
+    The rendered system prompt and each message (its JSON) are blobs, so a prompt repeated
+    over many turns is stored once; ``replay`` rebuilds the exact result from them.
+    """
+
+    id: str
+    chat_id: str
+    branch_id: str | None
+    branch_name: str | None
+    head_message_id: str | None
+    renderer: str
+    prompt_blob: str
+    message_ids: list[str]
+    message_blobs: list[str]
+    created_at: AwareDatetime
+
+
 class ChatExport(BaseModel):
     """A whole chat as plain data: what ``export_chat`` returns and ``import_chat`` takes.
 
@@ -174,3 +198,30 @@ class ChatExport(BaseModel):
     messages: list[MessageRecord]
     branches: list[Branch]
     checkpoints: list[Checkpoint]
+    snapshots: list[ContextSnapshot] = Field(default_factory=list)
+    blobs: list[ExportedBlob] = Field(default_factory=list)
+    """The contents of the snapshots' items (each once)."""
+
+
+class ExportedBlob(BaseModel):
+    """A blob inside a :class:`ChatExport`: its hash, media type and base64 content."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hash: str
+    media_type: str
+    content: str
+    """The bytes, base64-encoded (standard alphabet, padded)."""
+
+    @classmethod
+    def of(cls, hash: str, media_type: str, data: bytes) -> ExportedBlob:
+        """An exported blob holding ``data``."""
+        return cls(hash=hash, media_type=media_type, content=base64.b64encode(data).decode())
+
+    @property
+    def data(self) -> bytes:
+        """The decoded bytes."""
+        return base64.b64decode(self.content, validate=True)
+
+
+ChatExport.model_rebuild()
