@@ -142,9 +142,12 @@ async def open_store(env: Env, *, write: bool = False) -> AsyncIterator[SqlConte
     SchemaOutdatedError, and a missing SQLite file is not created. Writing commands migrate
     an empty or outdated database to the newest revision first, as the library does.
     """
-    if not write:
-        missing = env.missing_database()
+    store = SqlContextStore(env.url, migrate="auto" if write else False)  # checks the URL
+    try:
+        missing = None if write else env.missing_database()
         if missing is not None:
             raise missing
-    async with SqlContextStore(env.url, migrate="auto" if write else False) as store:
+        await store.initialize()
         yield store
+    finally:
+        await store.close()

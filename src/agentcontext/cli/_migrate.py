@@ -100,6 +100,12 @@ async def _revision(store: SqlContextStore) -> str | None:
     return revision
 
 
+def _require_database(env: Env) -> None:
+    missing = env.missing_database()
+    if missing is not None:
+        raise missing
+
+
 def _known(revision: str) -> bool:
     try:
         return ScriptDirectory.from_config(m.make_config()).get_revision(revision) is not None
@@ -131,11 +137,8 @@ async def _run(store: SqlContextStore, step: Callable[[Connection], None]) -> No
 
 
 async def _current(args: argparse.Namespace, env: Env) -> int:
-    if env.missing_database() is not None:
-        env.out.line(_EMPTY)
-        return EXIT_OK
     async with _engine_of(env) as store:
-        revision = await _revision(store)
+        revision = None if env.missing_database() else await _revision(store)
     if env.out.rich:
         env.out.line(_label(revision), style="bold")
     else:
@@ -144,11 +147,9 @@ async def _current(args: argparse.Namespace, env: Env) -> int:
 
 
 async def _check(args: argparse.Namespace, env: Env) -> int:
-    missing = env.missing_database()
-    if missing is not None:
-        raise missing
     head = m.head_revision()
     async with _engine_of(env) as store:
+        _require_database(env)
         revision = await _revision(store)
     if revision == head:
         env.out.line(f"up to date: {env.shown_url} is at revision {head} (head)", style="green")
@@ -185,10 +186,8 @@ async def _upgrade(args: argparse.Namespace, env: Env) -> int:
 
 async def _downgrade(args: argparse.Namespace, env: Env) -> int:
     target: str = args.revision
-    missing = env.missing_database()
-    if missing is not None:
-        raise missing
     async with _engine_of(env) as store:
+        _require_database(env)
         before = await _revision(store)
         if before is not None and not _known(before):
             raise _newer(env, before)
