@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import builtins
 import random
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
@@ -65,6 +67,8 @@ from agentcontext.store.records import (
 
 __all__ = ["ContextEngine", "InspectFragments", "InspectMeta", "InspectResult", "SaveResult"]
 
+_DELETED = "was deleted while this engine had it open"
+
 MAX_SAVE_ATTEMPTS = 64
 """Compare-and-swap attempts before a save gives up with HeadConflictError."""
 
@@ -104,6 +108,28 @@ class InspectResult(BaseModel):
     fragments: InspectFragments
     graph: Graph
     meta: InspectMeta
+
+
+_WRITE_LOCKS: weakref.WeakKeyDictionary[
+    ContextStore, weakref.WeakValueDictionary[str, asyncio.Lock]
+]
+_WRITE_LOCKS = weakref.WeakKeyDictionary()
+
+
+def _chat_write_lock(store: ContextStore, chat_id: str) -> asyncio.Lock:
+    """One lock per store and chat, shared by the engines of this process.
+
+    Writers of one chat in one process take turns instead of racing each other's
+    compare-and-swap (which costs every loser a wasted transaction); writers in other
+    processes are still handled by the compare-and-swap.
+    """
+    locks = _WRITE_LOCKS.get(store)
+    if locks is None:
+        locks = _WRITE_LOCKS[store] = weakref.WeakValueDictionary()
+    lock = locks.get(chat_id)
+    if lock is None:
+        lock = locks[chat_id] = asyncio.Lock()
+    return lock
 
 
 class _Chain:
@@ -162,12 +188,17 @@ class _Chain:
 
 def _decode(record: MessageRecord) -> Message:
     try:
-        return Message.model_validate(record.data)
+        message = Message.model_validate(record.data)
     except ValidationError as exc:
         raise SerializationError(
             f"stored message {record.id!r} is not a valid Message ({exc.error_count()} "
             "errors); it was written outside the engine with another shape"
         ) from exc
+    if message.id != record.id:
+        # Written outside the engine with another id in its JSON: the node's id is the
+        # identity (rewind, in-place updates and placeholders go by it).
+        message = message.model_copy(update={"id": record.id})
+    return message
 
 
 def _usage_dict(usage: object) -> dict[str, Any]:
@@ -280,6 +311,7 @@ class ContextEngine:
         self._chain = _Chain()
         self._turn: str | None = None
         self._lock = asyncio.Lock()
+        self._write_lock = _chat_write_lock(store, self._chat_id)
 
     # --- properties -------------------------------------------------------------------------
 
@@ -358,8 +390,31 @@ class ContextEngine:
 
     async def initialize(self) -> None:
         """Load the chat (creating it if needed) and its active branch. Idempotent."""
+        async with self._session():
+            pass
+
+    @asynccontextmanager
+    async def _session(self) -> AsyncIterator[None]:
+        """Hold the engine's lock, initialised; name a chat deleted under the engine clearly."""
         async with self._lock:
-            await self._ensure_initialized()
+            try:
+                await self._ensure_initialized()
+                yield
+            except ChatNotFoundError as exc:
+                if self._branch is None or _DELETED in str(exc):
+                    raise
+                raise self._deleted_error() from exc
+
+    def _deleted_error(self) -> ChatNotFoundError:
+        branch = "" if self._branch is None else f" (or its branch {self._branch.name!r})"
+        return ChatNotFoundError(
+            f"chat {self._chat_id!r}{branch} {_DELETED}; create a new engine to start it again"
+        )
+
+    async def _require_chat(self) -> None:
+        """Before reporting something missing: a deleted chat is the better explanation."""
+        if await self._store.get_chat(self._chat_id) is None:
+            raise self._deleted_error()
 
     async def _ensure_initialized(self) -> None:
         if self._branch is not None:
@@ -390,10 +445,7 @@ class ContextEngine:
         state = await self._store.get_branch_state(self._branch.id)
         if state is None:
             self._chain.invalidate()
-            raise ChatNotFoundError(
-                f"chat {self._chat_id!r} (or its branch {self._branch.name!r}) was deleted; "
-                "create a new engine to start it again"
-            )
+            raise self._deleted_error()
         self._branch = state.branch
         head, version = state.branch.head_message_id, state.version
         chain = self._chain
@@ -428,6 +480,8 @@ class ContextEngine:
             ):
                 tail.append(by_id[current])
                 current = by_id[current].parent_id
+                if len(tail) > len(by_id):
+                    return False  # a cycle in stored data: the full load reports it
             if current != chain.head and not chain.truncate(current):
                 return False  # the new head is not reachable from what changed
             for record in reversed(tail):
@@ -453,8 +507,7 @@ class ContextEngine:
         """
         renderer = self._check_renderer(renderer)
         v.check_bool(record, "record")
-        async with self._lock:
-            await self._ensure_initialized()
+        async with self._session():
             fragments = await self._materialize()
             system_prompt = renderer.render(fragments)
             await self._sync()
@@ -469,8 +522,7 @@ class ContextEngine:
 
     async def get_messages(self) -> list[Message]:
         """The conversation as :meth:`resolve` returns it, without rendering the prompt."""
-        async with self._lock:
-            await self._ensure_initialized()
+        async with self._session():
             await self._sync()
             return self._compose()
 
@@ -506,13 +558,21 @@ class ContextEngine:
                 )
         return list(self._pending)
 
+    def _pending_messages(self) -> list[Message]:
+        """The pending messages, lazy ones resolved. A message with the id of an earlier
+        pending one replaces it at its place (a retry, e.g. ``last_assistant_message``)."""
+        by_id: dict[str, Message] = {}
+        for fragment in self._resolve_pending():
+            message = message_of(fragment)
+            by_id[message.id] = message  # an existing key keeps its position
+        return list(by_id.values())
+
     def _compose(self) -> list[Message]:
-        pending = [message_of(fragment) for fragment in self._resolve_pending()]
-        overrides = {message.id: message for message in pending}
+        overrides = {message.id: message for message in self._pending_messages()}
         out: list[Message] = []
         for message in self._chain.messages:
             out.append(overrides.pop(message.id, message))
-        out.extend(message for message in pending if message.id in overrides)
+        out.extend(overrides.values())
         return [message for message in out if not is_empty_assistant_placeholder(message)]
 
     # --- save -------------------------------------------------------------------------------
@@ -530,24 +590,25 @@ class ContextEngine:
         Messages and the head move in one transaction. When another writer moved the head
         meanwhile, the turn is grafted onto the new head and retried (compare-and-swap);
         :class:`~agentcontext.HeadConflictError` only after bounded retries. On any failure the
-        pending messages stay queued and the database is unchanged.
+        pending messages stay queued and the database is unchanged. Two pending messages with
+        one id are saved once: the later one's content at the earlier one's place.
         """
         v.check_bool(branch, "branch")
-        async with self._lock:
-            await self._ensure_initialized()
+        async with self._session():
             assert self._branch is not None
             if not self._pending:
                 return SaveResult(head_message_id=self.head_message_id)
             if self._chain.version is None:
                 await self._sync()
-            fragments = self._resolve_pending()
-            messages = [message_of(fragment) for fragment in fragments]
+            messages = self._pending_messages()
             result = await self._write_turn(messages, branch=branch)
             self._pending.clear()
             return result
 
     def _record_of(self, message: Message, parent_id: str | None) -> MessageRecord:
-        data = message.model_dump(mode="json", exclude_none=True)
+        # Python mode, not JSON mode: JSON mode would silently turn NaN and infinity into null
+        # and stringify other values; the store refuses them with a SerializationError instead.
+        data = message.model_dump(exclude_none=True)
         return MessageRecord(
             id=message.id,
             chat_id=self._chat_id,
@@ -562,11 +623,33 @@ class ContextEngine:
         assert self._branch is not None
         chain = self._chain
         expected = chain.head if chain.version is not None else self._branch.head_message_id
-        pending_ids = {message.id for message in messages}
         # Ids that may be updated in place: none when branching, else those known to exist.
-        known: builtins.set[str] = builtins.set() if branch else pending_ids & chain.index.keys()
+        on_chain = [message.id for message in messages if message.id in chain.index]
+        if branch and on_chain:
+            # Resending a message of the branch: fork from its parent (no store round trip,
+            # and no record that would name itself as its parent).
+            return await self._fork_for_update(messages, on_chain[0])
+        known: builtins.set[str] = builtins.set() if branch else builtins.set(on_chain)
+        async with self._write_lock:
+            return await self._attempt_writes(messages, expected, known, branch=branch)
+
+    async def _attempt_writes(
+        self,
+        messages: list[Message],
+        expected: str | None,
+        known: builtins.set[str],
+        *,
+        branch: bool,
+    ) -> SaveResult:
+        assert self._branch is not None
+        pending_ids = {message.id for message in messages}
         ambiguous = False
         for attempt in range(MAX_SAVE_ATTEMPTS):
+            if expected is not None and expected in pending_ids and expected not in known:
+                # Another writer stored one of these ids and made it the head meanwhile.
+                if branch:
+                    return await self._fork_for_update(messages, expected)
+                known.add(expected)
             records = self._chained(messages, expected, known)
             new_ids = [r.id for r in records if r.id not in known]
             try:
@@ -602,9 +685,16 @@ class ContextEngine:
                     return await self._fork_for_update(messages, result.existing[0])
                 known.update(result.existing)  # in-place updates of messages off the chain
                 continue
-            # Another writer moved the head: graft the turn onto the new head and retry.
+            # Another writer moved the head: graft the turn onto the new head and retry at
+            # once (the head just read is as fresh as it gets). After repeated losses to
+            # writers of other processes, back off with jitter, then read the head again.
             expected = result.head_message_id
-            await asyncio.sleep(random.uniform(0, min(0.05, 0.0005 * 2**attempt)))
+            if attempt >= 2:
+                await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** (attempt - 2))))
+                state = await self._store.get_branch_state(self._branch.id)
+                if state is None:
+                    raise self._deleted_error()
+                expected = state.branch.head_message_id
         raise HeadConflictError(
             f"the head of branch {self._branch.name!r} kept moving: {MAX_SAVE_ATTEMPTS} "
             "attempts lost the race to other writers. Nothing was written; the messages are "
@@ -718,16 +808,20 @@ class ContextEngine:
         """Save a user message and an empty assistant placeholder; return the placeholder's id.
 
         Stream the model's answer, then call :meth:`complete_turn` to fill the placeholder in
-        place. Empty placeholders never appear in :meth:`resolve`.
+        place. Empty placeholders never appear in :meth:`resolve`. Messages already pending are
+        saved first, in the same step. On failure nothing is saved and the pending queue is as
+        it was before the call.
         """
         if not is_message_fragment(user_fragment):
             raise InvalidTypeError("begin_turn() takes a message fragment such as user('...')")
         placeholder = new_message_id()
+        queued = len(self._pending)
         self.set(user_fragment, assistant(Message(id=placeholder, role="assistant", parts=[])))
         try:
             await self.save()
         except BaseException:
-            del self._pending[-1]  # the placeholder; the user message stays pending
+            # All or nothing: the queue is as before, so calling begin_turn() again is safe.
+            del self._pending[queued:]
             raise
         self._turn = placeholder
         return placeholder
@@ -744,9 +838,10 @@ class ContextEngine:
                 f"complete_turn() needs an assistant message, got {answer.role!r}"
             )
         target = self._turn
+        if answer.id != target and self._is_cached_placeholder(answer.id):
+            target = answer.id  # the answer names a turn of its own (several in flight)
         if target is None:
-            async with self._lock:
-                await self._ensure_initialized()
+            async with self._session():
                 await self._sync()
                 last = self._chain.messages[-1] if self._chain.messages else None
             if last is None or not is_empty_assistant_placeholder(last):
@@ -761,8 +856,15 @@ class ContextEngine:
         except BaseException:
             del self._pending[-1]
             raise
-        self._turn = None
+        if target == self._turn:
+            self._turn = None
         return result
+
+    def _is_cached_placeholder(self, message_id: str) -> bool:
+        position = self._chain.index.get(message_id)
+        return position is not None and is_empty_assistant_placeholder(
+            self._chain.messages[position]
+        )
 
     # --- branches and checkpoints -----------------------------------------------------------
 
@@ -776,8 +878,7 @@ class ContextEngine:
         The original branch is untouched; pending messages are dropped.
         """
         v.check_id(message_id, "message_id")
-        async with self._lock:
-            await self._ensure_initialized()
+        async with self._session():
             return await self._rewind(message_id)
 
     async def _rewind(self, message_id: str) -> BranchInfo:
@@ -785,6 +886,7 @@ class ContextEngine:
         if message_id not in self._chain.index:
             message = await self._store.get_message(message_id)
             if message is None:
+                await self._require_chat()
                 raise MessageNotFoundError(
                     f"message {message_id!r} does not exist in chat {self._chat_id!r}"
                 )
@@ -808,8 +910,7 @@ class ContextEngine:
     async def checkpoint(self, name: str) -> Checkpoint:
         """Name the current head (moving an existing checkpoint of that name)."""
         v.check_id(name, "checkpoint name")
-        async with self._lock:
-            await self._ensure_initialized()
+        async with self._session():
             head = await self._fresh_head()
             if head is None:
                 raise EmptyConversationError(
@@ -820,10 +921,10 @@ class ContextEngine:
     async def restore(self, name: str) -> BranchInfo:
         """Start a new branch at a checkpoint's message and move to it (like :meth:`rewind`)."""
         v.check_id(name, "checkpoint name")
-        async with self._lock:
-            await self._ensure_initialized()
+        async with self._session():
             checkpoint = await self._store.get_checkpoint(self._chat_id, name)
             if checkpoint is None:
+                await self._require_chat()
                 raise CheckpointNotFoundError(
                     f"chat {self._chat_id!r} has no checkpoint named {name!r}"
                 )
@@ -832,10 +933,10 @@ class ContextEngine:
     async def switch_branch(self, name: str) -> BranchInfo:
         """Make the branch ``name`` active and move to it; pending messages are dropped."""
         v.check_id(name, "branch name")
-        async with self._lock:
-            await self._ensure_initialized()
+        async with self._session():
             target = await self._store.get_branch(self._chat_id, name)
             if target is None:
+                await self._require_chat()
                 raise BranchNotFoundError(f"chat {self._chat_id!r} has no branch named {name!r}")
             branch = await self._store.set_active_branch(self._chat_id, target.id)
             self._moved_to(branch)
@@ -854,8 +955,7 @@ class ContextEngine:
 
         Pending messages stay queued for the current branch.
         """
-        async with self._lock:
-            await self._ensure_initialized()
+        async with self._session():
             assert self._branch is not None
             head = await self._fresh_head()
             if head is None:
@@ -883,8 +983,7 @@ class ContextEngine:
                 fields["metadata"] = {**chat.metadata, **extra}
             return ChatUpdate(**fields)
 
-        async with self._lock:
-            await self._ensure_initialized()
+        async with self._session():
             self._chat = await self._store.update_chat(self._chat_id, updater)
             return self._chat
 
@@ -902,8 +1001,7 @@ class ContextEngine:
             total = _add_usage(current if isinstance(current, Mapping) else {}, increment)
             return ChatUpdate(metadata={**chat.metadata, "usage": total})
 
-        async with self._lock:
-            await self._ensure_initialized()
+        async with self._session():
             self._chat = await self._store.update_chat(self._chat_id, updater)
             return self._chat
 
@@ -913,8 +1011,7 @@ class ContextEngine:
         """Tokens, cost and context fit of what :meth:`resolve` would send, offline."""
         v.check_text(model_id, "model_id")
         renderer = self._check_renderer(renderer)
-        async with self._lock:
-            await self._ensure_initialized()
+        async with self._session():
             return await self._estimate(model_id, renderer)
 
     async def _estimate(self, model_id: str, renderer: ContextRenderer) -> Estimate:
@@ -934,8 +1031,7 @@ class ContextEngine:
         if model_id is not None:
             v.check_text(model_id, "model_id")
         renderer = self._check_renderer(renderer)
-        async with self._lock:
-            await self._ensure_initialized()
+        async with self._session():
             assert self._branch is not None
             estimate = None if model_id is None else await self._estimate(model_id, renderer)
             fragments = await self._materialize()
@@ -943,7 +1039,7 @@ class ContextEngine:
             await self._sync()
             pending = [
                 {"id": message.id, "name": message.role, "message": message.model_dump(mode="json")}
-                for message in (message_of(fragment) for fragment in self._resolve_pending())
+                for message in self._pending_messages()
             ]
             graph = await self._store.get_graph(self._chat_id)
             return InspectResult(
