@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from agentcontext.cli._common import EXIT_OK, Env, open_store
+from agentcontext.cli._output import count
 from agentcontext.errors import ChatNotFoundError, InvalidInputError
 from agentcontext.store import Chat, SqlContextStore
 from agentcontext.views import graph_to_mermaid, visualize_graph
@@ -114,11 +115,6 @@ def register(commands: Any) -> None:
     mermaid.set_defaults(handler=_mermaid)
 
 
-def _count(number: int, noun: str) -> str:
-    plural = noun + ("es" if noun.endswith("ch") else "s")
-    return f"{number} {noun if number == 1 else plural}"
-
-
 def _when(value: datetime, rich: bool) -> str:
     if rich:
         return value.strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -151,8 +147,6 @@ async def _chats(args: argparse.Namespace, env: Env) -> int:
             row.insert(1, chat.user_id)
         rows.append(row)
     env.out.table(columns, rows, numeric=("messages", "branches"))
-    if env.out.rich and not rows:
-        env.out.line("no chats", style="dim")
     return EXIT_OK
 
 
@@ -163,9 +157,9 @@ async def _show(args: argparse.Namespace, env: Env) -> int:
     out = env.out
     title = f" · {chat.title}" if chat.title else ""
     counts = (
-        _count(len(graph.nodes), "message"),
-        _count(len(graph.branches), "branch"),
-        _count(len(graph.checkpoints), "checkpoint"),
+        count(len(graph.nodes), "message"),
+        count(len(graph.branches), "branch"),
+        count(len(graph.checkpoints), "checkpoint"),
     )
     out.line(f"chat {chat.id} · user {chat.user_id}{title} · {' · '.join(counts)}", style="bold")
     out.line()
@@ -220,7 +214,7 @@ async def _search(args: argparse.Namespace, env: Env) -> int:
     ]
     env.out.table(columns, rows, numeric=("rank",))
     if env.out.rich:
-        env.out.line(_count(len(rows), "match"), style="dim")
+        env.out.line(count(len(rows), "match"), style="dim")
     return EXIT_OK
 
 

@@ -106,16 +106,18 @@ def system_prompt() -> list[ContextFragment]:
 
 
 class _Demo:
-    """The scripted conversation, step by step, each step reported on one line."""
+    """The scripted conversation, step by step, each step described on one line.
 
-    def __init__(self, context: ContextEngine, env: Env) -> None:
+    The lines are printed once the conversation is stored, so a closed pipe never leaves a
+    half-built demo chat behind.
+    """
+
+    def __init__(self, context: ContextEngine) -> None:
         self.context = context
-        self.env = env
-        self.step = 0
+        self.steps: list[str] = []
 
     def say(self, text: str) -> None:
-        self.step += 1
-        self.env.out.line(f"{self.step:>2}. {text}")
+        self.steps.append(f"{len(self.steps) + 1:>2}. {text}")
 
     async def turn(self, key: str, question: str, answer: str) -> str:
         self.context.set(
@@ -193,12 +195,17 @@ async def _demo(args: argparse.Namespace, env: Env) -> int:
         context = ContextEngine(
             store=store, chat_id=DEMO_CHAT, user_id=DEMO_USER, metadata={"source": "demo"}
         )
-        out.line(f"agentcontext demo: chat {DEMO_CHAT!r} in {store.url}", style="bold")
-        await _Demo(context, env).run()
+        header = f"agentcontext demo: chat {DEMO_CHAT!r} in {store.url}"
+        demo = _Demo(context)
+        await demo.run()
         await context.update_chat(title="Order #1042: address change")
         graph = await store.get_graph(DEMO_CHAT)
         resolved = await context.resolve()
         estimates = await _estimates(context)
+
+    out.line(header, style="bold")
+    for step in demo.steps:
+        out.line(step)
 
     out.heading("Conversation graph")
     out.graph_tree(visualize_graph(graph))

@@ -17,12 +17,18 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["Output", "one_line"]
+__all__ = ["Output", "count", "one_line"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
 _ROLE_STYLES = {"user": "green", "assistant": "magenta", "system": "yellow"}
 _TREE_LINE = re.compile(r"^(?P<prefix>[│├└─ ]*)(?P<id>\S+) \((?P<role>[^)]*)\): (?P<rest>.*)$")
 _MARK = re.compile(r"<mark>(.*?)</mark>", re.DOTALL)
+
+
+def count(number: int, noun: str) -> str:
+    """``1 branch``, ``2 branches``, ``0 messages``."""
+    plural = noun + ("es" if noun.endswith(("ch", "sh", "s", "x")) else "s")
+    return f"{number} {noun if number == 1 else plural}"
 
 
 def one_line(value: object) -> str:
@@ -101,6 +107,9 @@ class Output:
             self.raw("\t".join(columns) + "\n")
             for row in rows:
                 self.raw("\t".join(one_line(cell) for cell in row) + "\n")
+            return
+        if not rows:
+            self.console.print(Text("(none)", style="dim"))
             return
         table = Table(title=title, title_style="bold", header_style="bold cyan")
         for name in columns:

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentcontext.cli._common import EXIT_OK, Env, open_store
+from agentcontext.cli._output import count
 from agentcontext.errors import ContextError, InvalidInputError, NotFoundError
 from agentcontext.store import ChatExport
 
@@ -50,10 +51,12 @@ def export_text(exported: ChatExport) -> str:
 
 
 def _summary(exported: ChatExport) -> str:
-    return (
-        f"chat {exported.chat.id} ({len(exported.messages)} messages, "
-        f"{len(exported.branches)} branches, {len(exported.checkpoints)} checkpoints)"
+    counts = (
+        count(len(exported.messages), "message"),
+        count(len(exported.branches), "branch"),
+        count(len(exported.checkpoints), "checkpoint"),
     )
+    return f"chat {exported.chat.id} ({', '.join(counts)})"
 
 
 async def _export(args: argparse.Namespace, env: Env) -> int:
