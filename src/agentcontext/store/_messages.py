@@ -17,6 +17,9 @@ from agentcontext.store._schema import branches as B
 from agentcontext.store._schema import messages as M
 from agentcontext.store.records import MessageRecord
 
+_UPSERTS: dict[str, Any] = {}
+"""The message upsert per dialect name (see ``MessagesMixin._message_upsert``)."""
+
 
 class ExistingMessages(Exception):
     """Internal: messages that were to be inserted exist already (rolls the transaction back)."""
@@ -122,19 +125,7 @@ class MessagesMixin(SqlCore):
                 if old is None
                 else record.model_copy(update={"parent_id": parent_id, "created_at": created_at})
             )
-        insert = self._dialect.insert(M)
-        statement = insert.on_conflict_do_update(
-            index_elements=[M.c.id],
-            set_={
-                "name": insert.excluded.name,
-                "type": insert.excluded.type,
-                "data": insert.excluded.data,
-                "search_text": insert.excluded.search_text,
-                "version": insert.excluded.version,
-            },
-            where=M.c.chat_id == insert.excluded.chat_id,
-        ).returning(M.c.id)
-        written = (await conn.execute(statement, rows)).all()
+        written = (await conn.execute(self._message_upsert(), rows)).all()
         if len(written) != len(rows):
             # A concurrent writer created one of these ids in another chat after our check.
             raise InvalidGraphError(
@@ -142,6 +133,26 @@ class MessagesMixin(SqlCore):
                 "message ids are global, pick new ids"
             )
         return stored
+
+    def _message_upsert(self) -> Any:
+        """The message upsert statement, built once per dialect: building it (the
+        ``excluded`` column proxies) costs more than executing it."""
+        statement = _UPSERTS.get(self._dialect.name)
+        if statement is None:
+            insert = self._dialect.insert(M)
+            statement = insert.on_conflict_do_update(
+                index_elements=[M.c.id],
+                set_={
+                    "name": insert.excluded.name,
+                    "type": insert.excluded.type,
+                    "data": insert.excluded.data,
+                    "search_text": insert.excluded.search_text,
+                    "version": insert.excluded.version,
+                },
+                where=M.c.chat_id == insert.excluded.chat_id,
+            ).returning(M.c.id)
+            _UPSERTS[self._dialect.name] = statement
+        return statement
 
     @staticmethod
     def _child_depth(
