@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import gc
 import random
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -137,9 +138,23 @@ class _Chain:
 
     ``version`` is the chat's change version the cached content corresponds to (None: the
     cache must be loaded).
+
+    When the chain is cut (a rewind, a switch to an ancestor), the part cut off is kept as
+    the *detached tail*: moving back to a message in it (switching back to the branch that
+    was left) re-attaches it instead of reading the chain again, and the cut costs no
+    deallocation of thousands of messages on the caller's path.
     """
 
-    __slots__ = ("head", "index", "messages", "records", "version")
+    __slots__ = (
+        "detached",
+        "detached_version",
+        "head",
+        "index",
+        "messages",
+        "placeholders",
+        "records",
+        "version",
+    )
 
     def __init__(self) -> None:
         self.head: str | None = None
@@ -147,18 +162,26 @@ class _Chain:
         self.records: list[MessageRecord] = []
         self.messages: list[Message] = []
         self.index: dict[str, int] = {}
+        self.placeholders: builtins.set[str] = builtins.set()
+        """Ids of the empty assistant placeholders on the chain (resolve leaves them out)."""
+        self.detached: tuple[list[MessageRecord], list[Message]] | None = None
+        self.detached_version = 0
 
     def reset(self, head: str | None, version: int, records: list[MessageRecord]) -> None:
         self.head, self.version = head, version
         self.records = records
-        self.messages = [_decode(record) for record in records]
+        self.messages = _decode_all(records)
         self.index = {record.id: i for i, record in enumerate(records)}
+        self.placeholders = {m.id for m in self.messages if is_empty_assistant_placeholder(m)}
+        self.detached = None
 
     def invalidate(self) -> None:
         self.version = None
+        self.detached = None
 
-    def truncate(self, message_id: str | None) -> bool:
-        """Keep the chain up to ``message_id`` (None: empty). False if it is not cached."""
+    def truncate(self, message_id: str | None, *, reattach: bool = True) -> bool:
+        """Make ``message_id`` the head (None: empty): cut the chain after it, or re-attach
+        the detached tail up to it. False if it is not cached."""
         if self.version is None:
             return False
         if message_id is None:
@@ -166,12 +189,50 @@ class _Chain:
         elif message_id in self.index:
             keep = self.index[message_id] + 1
         else:
-            return False
-        for record in self.records[keep:]:
-            del self.index[record.id]
+            return reattach and self._reattach(message_id)
+        self._cut(keep)
+        self.head = message_id
+        return True
+
+    def _cut(self, keep: int) -> None:
+        if keep >= len(self.records):
+            return
+        records, messages = self.records[keep:], self.messages[keep:]
+        index = self.index
+        for record in records:
+            del index[record.id]
+        if self.placeholders:
+            self.placeholders.difference_update(record.id for record in records)
         del self.records[keep:]
         del self.messages[keep:]
-        self.head = message_id
+        assert self.version is not None
+        if self.detached is not None and self.detached[0][0].parent_id == records[-1].id:
+            # The tail cut before continues this one: keep them as one.
+            records += self.detached[0]
+            messages += self.detached[1]
+            self.detached_version = min(self.detached_version, self.version)
+        else:
+            self.detached_version = self.version
+        self.detached = (records, messages)
+
+    def _reattach(self, message_id: str) -> bool:
+        if self.detached is None:
+            return False
+        records, messages = self.detached
+        end = next((i for i, record in enumerate(records) if record.id == message_id), None)
+        if end is None:
+            return False
+        anchor = records[0].parent_id
+        if anchor is not None and anchor not in self.index:
+            return False
+        assert self.version is not None
+        since = self.detached_version
+        self.detached = None
+        self._cut(0 if anchor is None else self.index[anchor] + 1)
+        for record, message in zip(records[: end + 1], messages[: end + 1], strict=True):
+            self.append(record, message)
+        # Changes made to the tail while it was detached were not applied: fetch them again.
+        self.version = min(self.version, since)
         return True
 
     def append(self, record: MessageRecord, message: Message) -> None:
@@ -179,11 +240,17 @@ class _Chain:
         self.records.append(record)
         self.messages.append(message)
         self.head = record.id
+        if is_empty_assistant_placeholder(message):
+            self.placeholders.add(record.id)
 
     def replace(self, record: MessageRecord, message: Message) -> None:
         position = self.index[record.id]
         self.records[position] = record
         self.messages[position] = message
+        if is_empty_assistant_placeholder(message):
+            self.placeholders.add(record.id)
+        else:
+            self.placeholders.discard(record.id)
 
 
 def _decode(record: MessageRecord) -> Message:
@@ -199,6 +266,19 @@ def _decode(record: MessageRecord) -> Message:
         # identity (rewind, in-place updates and placeholders go by it).
         message = message.model_copy(update={"id": record.id})
     return message
+
+
+def _decode_all(records: list[MessageRecord]) -> list[Message]:
+    """Decode a loaded chain. A long one with the cyclic garbage collector paused: it
+    creates tens of thousands of long-lived objects and no garbage, and the collector's
+    passes over them would take about as long as the decoding itself."""
+    if len(records) < 1000 or not gc.isenabled():
+        return [_decode(record) for record in records]
+    gc.disable()
+    try:
+        return [_decode(record) for record in records]
+    finally:
+        gc.enable()
 
 
 def _usage_dict(usage: object) -> dict[str, Any]:
@@ -482,7 +562,7 @@ class ContextEngine:
                 current = by_id[current].parent_id
                 if len(tail) > len(by_id):
                     return False  # a cycle in stored data: the full load reports it
-            if current != chain.head and not chain.truncate(current):
+            if current != chain.head and not chain.truncate(current, reattach=False):
                 return False  # the new head is not reachable from what changed
             for record in reversed(tail):
                 chain.append(record, _decode(record))
@@ -568,12 +648,22 @@ class ContextEngine:
         return list(by_id.values())
 
     def _compose(self) -> list[Message]:
-        overrides = {message.id: message for message in self._pending_messages()}
-        out: list[Message] = []
-        for message in self._chain.messages:
-            out.append(overrides.pop(message.id, message))
+        chain = self._chain
+        pending = self._pending_messages()
+        if not pending and not chain.placeholders:
+            return list(chain.messages)  # the common case: nothing to merge or leave out
+        overrides = {message.id: message for message in pending}
+        if any(message_id in chain.index for message_id in overrides):
+            out = [overrides.pop(message.id, message) for message in chain.messages]
+        else:
+            out = list(chain.messages)
         out.extend(overrides.values())
-        return [message for message in out if not is_empty_assistant_placeholder(message)]
+        maybe_empty = chain.placeholders.union(message.id for message in pending)
+        return [
+            message
+            for message in out
+            if message.id not in maybe_empty or not is_empty_assistant_placeholder(message)
+        ]
 
     # --- save -------------------------------------------------------------------------------
 
@@ -792,12 +882,12 @@ class ContextEngine:
             activate=True,
             messages=records,
         )
-        version = self._chain.version
         self._branch = Branch.model_validate(info.model_dump(exclude={"message_count"}))
         if self._chain.truncate(start):
+            # The version stays: the next sync fetches the fork's own rows (and anything
+            # else written since) and finds them in place.
             for record, message in zip(records, renamed, strict=True):
                 self._chain.append(record, message)
-            self._chain.version = version
         else:
             self._chain.invalidate()
         return SaveResult(head_message_id=info.head_message_id)

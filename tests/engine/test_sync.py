@@ -8,6 +8,8 @@ On SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from agentcontext import (
@@ -17,7 +19,7 @@ from agentcontext import (
     user,
 )
 from agentcontext.fragments import is_empty_assistant_placeholder
-from agentcontext.store import SqlContextStore
+from agentcontext.store import MessageRecord, SqlContextStore
 from tests.engine._util import texts
 from tests.engine.conftest import EngineFactory
 from tests.helpers import rec
@@ -218,3 +220,96 @@ async def test_many_engines_interleaved(
         for engine in engines:
             await assert_in_sync(store, engine)
     assert len({tuple(m.id for m in await e.get_messages()) for e in engines}) == 1
+
+
+async def test_switching_back_after_a_rewind_sees_what_changed_meanwhile(
+    store: SqlContextStore, make_engine: EngineFactory, peer: EngineFactory
+) -> None:
+    a, b = make_engine(), peer()
+    a.set(*(user(f"q{i}", id=f"m{i}") for i in range(1, 6)))
+    await a.save()
+    await a.resolve()
+    await a.rewind("m2")  # m3..m5 leave A's chain
+    await b.get_messages()
+    b.set(user("m4 edited", id="m4"))
+    await b.save(branch=False)  # on main, while A is elsewhere
+    a.set(user("on the fork", id="f1"))
+    await a.save()
+    assert [m.id for m in await assert_in_sync(store, a)] == ["m1", "m2", "f1"]
+
+    await a.switch_branch("main")
+    resolved = await assert_in_sync(store, a)
+    assert texts(resolved) == ["q1", "q2", "q3", "m4 edited", "q5"]
+    await a.switch_branch("main-v2")
+    assert [m.id for m in await assert_in_sync(store, a)] == ["m1", "m2", "f1"]
+    # Back and forth again, with a re-parenting in between.
+    await store.set_message_parent("m5", "m3")
+    await a.switch_branch("main")
+    assert [m.id for m in await assert_in_sync(store, a)] == ["m1", "m2", "m3", "m5"]
+
+
+async def test_rewinds_back_and_forth_along_one_chain(
+    store: SqlContextStore, make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = make_engine()
+    a.set(*(user(f"q{i}", id=f"m{i}") for i in range(1, 9)))
+    await a.save()
+    await a.resolve()
+    loads: list[str] = []
+    load_chain = store.get_message_chain
+
+    async def counting(head_id: str, **options: Any) -> list[MessageRecord]:
+        loads.append(head_id)
+        return await load_chain(head_id, **options)
+
+    monkeypatch.setattr(store, "get_message_chain", counting)
+    await a.rewind("m6")
+    await a.rewind("m3")  # main-v2-v2
+    seen = {}
+    for name in ("main", "main-v2", "main-v2-v2", "main"):
+        await a.switch_branch(name)  # to the cut tails, re-attached (the first time as one)
+        seen[name] = [m.id for m in (await a.resolve()).messages]
+    monkeypatch.undo()
+    assert seen == {
+        "main": [f"m{i}" for i in range(1, 9)],
+        "main-v2": [f"m{i}" for i in range(1, 7)],
+        "main-v2-v2": ["m1", "m2", "m3"],
+    }
+    await assert_in_sync(store, a)
+    assert loads == []  # the engine never read the chain again: it kept what it had cut
+
+
+async def test_cold_engine_loads_once_then_catches_up_incrementally(
+    store: SqlContextStore, make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = make_engine()
+    writer.set(*(user(f"q{i}", id=f"m{i}") for i in range(20)))
+    await writer.save()
+    changes: list[int] = []
+    loads: list[str] = []
+    get_changes, load_chain = store.get_changes, store.get_message_chain
+
+    async def counting_changes(chat_id: str, since_version: int) -> list[MessageRecord]:
+        found = await get_changes(chat_id, since_version)
+        changes.append(len(found))
+        return found
+
+    async def counting_loads(head_id: str, **options: Any) -> list[MessageRecord]:
+        loads.append(head_id)
+        return await load_chain(head_id, **options)
+
+    monkeypatch.setattr(store, "get_changes", counting_changes)
+    monkeypatch.setattr(store, "get_message_chain", counting_loads)
+    reader = make_engine()
+    await reader.resolve()
+    assert loads == ["m19"]
+    await reader.resolve()
+    assert changes == []  # nothing changed: one small query, no rows
+    writer.set(user("new", id="n1"), assistant_text("newer", id="n2"))
+    await writer.save()
+    assert [m.id for m in (await reader.resolve()).messages][-2:] == ["n1", "n2"]
+    assert changes == [2] and loads == ["m19"]  # only the two new rows were read
+    reader.set(user("own", id="o1"))
+    await reader.save()
+    await reader.resolve()
+    assert changes == [2] and loads == ["m19"]  # after its own save: nothing to read
