@@ -513,8 +513,14 @@ class ContextEngine:
         self._initial_metadata = None
         branch = await self._store.get_active_branch(self._chat_id)
         if branch is None:
-            raise ChatNotFoundError(
-                f"chat {self._chat_id!r} was deleted while the engine opened it; retry"
+            if await self._store.get_chat(self._chat_id) is None:
+                raise ChatNotFoundError(
+                    f"chat {self._chat_id!r} was deleted while the engine opened it; retry"
+                )
+            raise InvalidGraphError(
+                f"chat {self._chat_id!r} has no active branch: the database was changed "
+                "outside agentcontext. Make one active with store.set_active_branch(chat_id, "
+                "branch_id), or create one with store.create_branch(..., activate=True)"
             )
         self._chat = chat
         self._branch = branch
