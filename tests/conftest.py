@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -105,10 +110,87 @@ def pg_session_url() -> Iterator[str]:
     drop_pg_database(url)
 
 
+PGBOUNCER = shutil.which("pgbouncer") or (
+    "/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_port() -> Iterator[int]:
+    """A PgBouncer in transaction pooling mode in front of the test PostgreSQL server."""
+    require_postgres()
+    if PGBOUNCER is None:
+        reason = "pgbouncer is not installed (Debian package 'pgbouncer')"
+        if IN_CI:
+            pytest.fail(f"CI=true but {reason}", pytrace=False)
+        pytest.skip(reason)
+    admin = make_url(pg_admin_url())
+    # Not under pytest's private tmp dir: pgbouncer may run as another user.
+    work = Path(tempfile.mkdtemp(prefix="agentcontext-pgbouncer-"))
+    work.chmod(0o755)
+    port = _free_port()
+    (work / "users.txt").write_text(f'"{admin.username or "postgres"}" ""\n')
+    (work / "pgbouncer.ini").write_text(
+        "[databases]\n"
+        f"* = host={admin.host or '127.0.0.1'} port={admin.port or 5432}\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\n"
+        f"auth_type = trust\nauth_file = {work / 'users.txt'}\n"
+        # The server allows ~100 connections: keep pools small and close idle ones fast, so
+        # the many short-lived test databases never exhaust it.
+        "pool_mode = transaction\nmax_client_conn = 1000\ndefault_pool_size = 8\n"
+        "max_db_connections = 16\nserver_idle_timeout = 2\nserver_lifetime = 60\n"
+        "log_connections = 0\nlog_disconnections = 0\n"
+        "ignore_startup_parameters = extra_float_digits,statement_timeout\n"
+    )
+    command = [PGBOUNCER, str(work / "pgbouncer.ini")]
+    if os.geteuid() == 0:  # pgbouncer refuses to run as root
+        shutil.chown(work, "postgres")
+        for path in work.iterdir():
+            shutil.chown(path, "postgres")
+        command[1:1] = ["-u", "postgres"]
+    # Its log goes to a file we read only on failure: an unread pipe would fill up and
+    # block pgbouncer (and every client) once it has logged 64 KiB.
+    log = (work / "pgbouncer.log").open("wb")
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            if process.poll() is not None:
+                pytest.fail(f"pgbouncer exited: {(work / 'pgbouncer.log').read_text()}")
+            time.sleep(0.1)
+    else:
+        process.kill()
+        pytest.fail("pgbouncer did not start listening")
+    yield port
+    process.terminate()
+    process.wait(timeout=10)
+    log.close()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def through_pgbouncer(url: str, port: int) -> str:
+    """The same database, reached through PgBouncer (with the store's pgbouncer option)."""
+    return (
+        make_url(url)
+        .set(port=port, query={"pgbouncer": "true"})
+        .render_as_string(hide_password=False)
+    )
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     name: str = request.param
-    if name == "postgres":
+    if name in ("postgres", "pgbouncer"):
         require_postgres()
     return name
 
@@ -120,6 +202,8 @@ def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> s
         return f"sqlite+aiosqlite:///{tmp_path / 'store.db'}"
     url: str = request.getfixturevalue("pg_session_url")
     asyncio.run(_truncate_all(url))
+    if backend == "pgbouncer":
+        return through_pgbouncer(url, request.getfixturevalue("pgbouncer_port"))
     return url
 
 

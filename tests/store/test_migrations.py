@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from agentcontext import errors
 from agentcontext.store import InMemoryContextStore, SqlContextStore, _migrate
 from agentcontext.store._schema import VERSION_TABLE, Base
-from tests.conftest import fresh_pg_database
+from tests.conftest import fresh_pg_database, through_pgbouncer
 from tests.helpers import chain
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,12 +29,14 @@ OWN_TABLES = {"chats", "messages", "branches", "checkpoints"}
 
 
 @pytest.fixture
-def empty_url(backend: str, tmp_path: Path) -> Iterator[str]:
+def empty_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     """A database with nothing in it."""
     if backend == "sqlite":
         yield f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
     else:
         with fresh_pg_database("acmig") as url:
+            if backend == "pgbouncer":
+                url = through_pgbouncer(url, request.getfixturevalue("pgbouncer_port"))
             yield url
 
 
@@ -146,12 +148,11 @@ def test_four_processes_migrating_at_once(empty_url: str) -> None:
         assert out.strip() == "1"
 
     async def check() -> None:
-        engine = create_async_engine(empty_url)
-        try:
-            async with engine.connect() as conn:
-                rows = (await conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))).all()
-        finally:
-            await engine.dispose()
+        async with (
+            SqlContextStore(empty_url, migrate=False) as store,
+            store.engine.connect() as conn,
+        ):
+            rows = (await conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))).all()
         assert [r[0] for r in rows] == [_migrate.head_revision()]
 
     asyncio.run(check())

@@ -169,8 +169,13 @@ async def test_delete_chat_and_collect_garbage(store: SqlContextStore, chat: str
     twin.add_snippet("shared", "used by both chats")
     await store.save_snapshot(twin, chat_id="c2", message_id=None)
     await store.create_resolve_record(
-        "c1", branch_id=None, branch_name="main", head_message_id=None,
-        renderer="XmlRenderer()", system_prompt="only c1's prompt", messages=[],
+        "c1",
+        branch_id=None,
+        branch_name="main",
+        head_message_id=None,
+        renderer="XmlRenderer()",
+        system_prompt="only c1's prompt",
+        messages=[],
     )
     await store.put_blob(b"never referenced")
     assert await blob_count(store) == 4

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -272,7 +273,10 @@ def create_engine(url: str | URL, **options: Any) -> AsyncEngine:
     "database is locked". In-memory databases share one connection.
 
     PostgreSQL (asyncpg): ``pool_pre_ping=True`` and a connect timeout
-    (``postgres_connect_timeout`` seconds, default 10).
+    (``postgres_connect_timeout`` seconds, default 10). Behind PgBouncer in transaction
+    pooling mode pass ``pgbouncer=True`` (or put ``?pgbouncer=true`` in the URL): prepared
+    statements are then neither cached nor named by sequence, so no statement ever depends on
+    a server connection PgBouncer may have handed to another client.
     """
     parsed = make_url(url) if isinstance(url, str) else url
     backend = parsed.get_backend_name()
@@ -303,12 +307,27 @@ def create_engine(url: str | URL, **options: Any) -> AsyncEngine:
         connect_timeout = float(options.pop("postgres_connect_timeout", 10.0))
         connect_args = dict(options.pop("connect_args", {}))
         connect_args.setdefault("timeout", connect_timeout)
+        flag = parsed.query.get("pgbouncer")
+        pgbouncer = bool(options.pop("pgbouncer", False)) or (
+            isinstance(flag, str) and flag.lower() in ("1", "true", "yes", "on")
+        )
+        parsed = parsed.difference_update_query(["pgbouncer"])
+        if pgbouncer:
+            connect_args.setdefault("statement_cache_size", 0)
+            connect_args.setdefault("prepared_statement_cache_size", 0)
+            connect_args.setdefault("prepared_statement_name_func", _unique_statement_name)
         options.setdefault("pool_pre_ping", True)
         return create_async_engine(parsed, connect_args=connect_args, **options)
     raise InvalidInputError(
         f"agentcontext supports SQLite and PostgreSQL, not {backend!r}; use a "
         "sqlite+aiosqlite:// or postgresql+asyncpg:// URL"
     )
+
+
+def _unique_statement_name() -> str:
+    # asyncpg numbers statements per client connection; behind PgBouncer two clients would
+    # collide on one server connection. A random name cannot.
+    return f"__agentcontext_{uuid.uuid4().hex}__"
 
 
 def install_sqlite_hooks(engine: AsyncEngine) -> None:
