@@ -9,6 +9,7 @@ reachable server the PostgreSQL tests are skipped with the reason shown, except 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import shutil
 import socket
@@ -19,6 +20,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -51,11 +53,21 @@ async def _pg_exec(url: str, *statements: str) -> None:
 _pg_state: dict[str, str | None] = {}
 
 
+def run_sync(coro_factory: Any) -> Any:
+    """Run a coroutine to completion, also from inside a running event loop (in a thread)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro_factory())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(coro_factory())).result()
+
+
 def postgres_unavailable() -> str | None:
     """None when PostgreSQL answers, else the reason (checked once per session)."""
     if "reason" not in _pg_state:
         try:
-            asyncio.run(_pg_exec(pg_admin_url(), "SELECT 1"))
+            run_sync(lambda: _pg_exec(pg_admin_url(), "SELECT 1"))
             _pg_state["reason"] = None
         except Exception as exc:
             _pg_state["reason"] = (
@@ -78,13 +90,13 @@ def create_pg_database(prefix: str = "actest") -> str:
     """Create an empty PostgreSQL database; returns its asyncpg URL."""
     require_postgres()
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_pg_exec(pg_admin_url(), f'CREATE DATABASE "{name}"'))
+    run_sync(lambda: _pg_exec(pg_admin_url(), f'CREATE DATABASE "{name}"'))
     return make_url(pg_admin_url()).set(database=name).render_as_string(hide_password=False)
 
 
 def drop_pg_database(url: str) -> None:
     name = make_url(url).database
-    asyncio.run(_pg_exec(pg_admin_url(), f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    run_sync(lambda: _pg_exec(pg_admin_url(), f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @contextmanager
@@ -105,7 +117,7 @@ def pg_session_url() -> Iterator[str]:
         async with SqlContextStore(url):
             pass
 
-    asyncio.run(migrate())
+    run_sync(migrate)
     yield url
     drop_pg_database(url)
 
@@ -201,7 +213,7 @@ def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> s
     if backend == "sqlite":
         return f"sqlite+aiosqlite:///{tmp_path / 'store.db'}"
     url: str = request.getfixturevalue("pg_session_url")
-    asyncio.run(_truncate_all(url))
+    run_sync(lambda: _truncate_all(url))
     if backend == "pgbouncer":
         return through_pgbouncer(url, request.getfixturevalue("pgbouncer_port"))
     return url
