@@ -119,11 +119,7 @@ async def run_turn(client: AsyncAnthropic, context: ContextEngine, text: str, *,
     for _ in range(MAX_STEPS):
         request = (await context.resolve()).to_anthropic()  # {"system": ..., "messages": [...]}
         response = await client.messages.create(
-            model=model,
-            max_tokens=MAX_TOKENS,
-            system=request["system"],
-            messages=request["messages"],
-            tools=TOOLS,
+            model=model, max_tokens=MAX_TOKENS, tools=TOOLS, **request
         )
         await context.track_usage(response.usage)  # summed in the chat's metadata
         parts: list[Part] = []
