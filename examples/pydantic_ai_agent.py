@@ -165,6 +165,7 @@ def get_weather(city: str) -> dict[str, Any]:
 
 
 def build_agent(model: Model | str) -> Agent[None, str]:
+    """A plain pydantic-ai agent: any model, one tool, no instructions of its own."""
     return Agent(model, tools=[get_weather])
 
 
