@@ -70,7 +70,9 @@ def _json(value: Any) -> str:
     """JSON text of a tool input or output (strings are passed through unchanged)."""
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, default=str)
+    # Keys sorted: the text must not depend on the backend (PostgreSQL's JSONB reorders keys),
+    # so a reloaded conversation sends the same bytes and provider prompt caches keep hitting.
+    return json.dumps(value, ensure_ascii=False, default=str, sort_keys=True)
 
 
 def _parse_data_url(url: str) -> tuple[str, str] | None:
