@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Sequence
+from contextlib import nullcontext
 
 from sqlalchemy import delete, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -12,6 +13,7 @@ from agentcontext import _validate as v
 from agentcontext.errors import (
     BranchExistsError,
     BranchNotFoundError,
+    ContextError,
     InvalidGraphError,
     InvalidInputError,
     MessageNotFoundError,
@@ -19,6 +21,7 @@ from agentcontext.errors import (
 )
 from agentcontext.store import _rows
 from agentcontext.store._core import BRANCH_COLS, CHECKPOINT_COLS, check_records, new_id
+from agentcontext.store._fastpath import SlowPath, plan
 from agentcontext.store._messages import ExistingMessages, MessagesMixin
 from agentcontext.store._schema import branches as B
 from agentcontext.store._schema import chats as C
@@ -280,6 +283,11 @@ class BranchesMixin(MessagesMixin):
                 raise InvalidGraphError(
                     f"message {record.id!r} is for chat {record.chat_id!r}, not {chat_id!r}"
                 )
+        if self._appender is not None and not (allowed and any(r.id in allowed for r in records)):
+            try:
+                return await self._append_fast(branch_id, chat_id, records, expected_head, head)
+            except SlowPath:
+                pass  # something unusual: the general path below names it precisely
         try:
             async with self._tx(write=True) as conn:
                 # Lock order everywhere: the chat row first, then branches.
@@ -310,6 +318,28 @@ class BranchesMixin(MessagesMixin):
                 existing=conflict.existing,
             )
         return AppendResult(ok=True, head_message_id=head, version=version)
+
+    async def _append_fast(
+        self,
+        branch_id: str,
+        chat_id: str,
+        records: list[MessageRecord],
+        expected_head: str | None,
+        head: str,
+    ) -> AppendResult:
+        """All-new messages through the driver-level path of ``_fastpath``."""
+        assert self._appender is not None
+        rows = plan(records)
+        if not self._initialized:
+            await self.initialize()
+        lock = self._write_lock if self._write_lock is not None else nullcontext()
+        async with lock:
+            try:
+                return await self._appender.append(chat_id, branch_id, rows, expected_head, head)
+            except (ContextError, SlowPath):
+                raise
+            except Exception as exc:
+                raise self._translate(exc) from exc
 
     async def list_branches(self, chat_id: str) -> list[BranchInfo]:
         v.check_id(chat_id, "chat_id")

@@ -33,7 +33,9 @@ from agentcontext.store._dialect import (
     install_sqlite_hooks,
     is_connection_error,
     is_memory_sqlite,
+    postgres_driver_args,
 )
+from agentcontext.store._fastpath import PostgresAppender, SqliteAppender
 from agentcontext.store._schema import branches as B
 from agentcontext.store._schema import chats as C
 from agentcontext.store._schema import checkpoints as K
@@ -122,6 +124,8 @@ class SqlCore(ContextStore):
         if migrate not in ("auto", True, False):
             raise InvalidInputError(f"migrate must be 'auto' or False, got {migrate!r}")
         self._migrate_mode: MigrateMode = migrate
+        busy_timeout = 30.0
+        postgres_connect_args: dict[str, Any] = {"timeout": 10.0}
         if isinstance(url_or_engine, AsyncEngine):
             if engine_options:
                 raise InvalidInputError(
@@ -140,7 +144,9 @@ class SqlCore(ContextStore):
                     f"cannot parse database URL: {exc}; expected e.g. "
                     "sqlite+aiosqlite:///chat.db or postgresql+asyncpg://user@host/db"
                 ) from None
+            busy_timeout = float(engine_options.get("sqlite_busy_timeout", busy_timeout))
             self._engine = create_engine(url, **engine_options)
+            postgres_connect_args = postgres_driver_args(url, engine_options)
             self._owns_engine = True
         else:
             raise InvalidTypeError(
@@ -159,6 +165,15 @@ class SqlCore(ContextStore):
         self._init_lock = asyncio.Lock()
         self._initialized = False
         self._closed = False
+        # The driver-level path for the hottest write (appending messages); None for an
+        # in-memory database, whose one shared connection only SQLAlchemy may use.
+        self._appender: SqliteAppender | PostgresAppender | None = None
+        if self._dialect.is_sqlite and not self._memory and url_.database:
+            self._appender = SqliteAppender(url_.database, busy_timeout)
+        elif not self._dialect.is_sqlite:
+            _args, connect_kwargs = self._engine.dialect.create_connect_args(url_)
+            connect_kwargs.update(postgres_connect_args)
+            self._appender = PostgresAppender(dict(connect_kwargs))
 
     # --- properties -------------------------------------------------------------------------
 
@@ -233,6 +248,8 @@ class SqlCore(ContextStore):
         if self._closed:
             return
         self._closed = True
+        if self._appender is not None:
+            await self._appender.close()
         if self._owns_engine:
             await self._engine.dispose()
 

@@ -307,10 +307,8 @@ def create_engine(url: str | URL, **options: Any) -> AsyncEngine:
         connect_timeout = float(options.pop("postgres_connect_timeout", 10.0))
         connect_args = dict(options.pop("connect_args", {}))
         connect_args.setdefault("timeout", connect_timeout)
-        flag = parsed.query.get("pgbouncer")
-        pgbouncer = bool(options.pop("pgbouncer", False)) or (
-            isinstance(flag, str) and flag.lower() in ("1", "true", "yes", "on")
-        )
+        pgbouncer = _wants_pgbouncer(parsed, options)
+        options.pop("pgbouncer", None)
         parsed = parsed.difference_update_query(["pgbouncer"])
         if pgbouncer:
             connect_args.setdefault("statement_cache_size", 0)
@@ -322,6 +320,22 @@ def create_engine(url: str | URL, **options: Any) -> AsyncEngine:
         f"agentcontext supports SQLite and PostgreSQL, not {backend!r}; use a "
         "sqlite+aiosqlite:// or postgresql+asyncpg:// URL"
     )
+
+
+def _wants_pgbouncer(url: URL, options: Mapping[str, Any]) -> bool:
+    flag = url.query.get("pgbouncer")
+    return bool(options.get("pgbouncer", False)) or (
+        isinstance(flag, str) and flag.lower() in ("1", "true", "yes", "on")
+    )
+
+
+def postgres_driver_args(url: str | URL, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Extra ``asyncpg.connect`` arguments matching :func:`create_engine`'s for PostgreSQL."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    args: dict[str, Any] = {"timeout": float(options.get("postgres_connect_timeout", 10.0))}
+    if _wants_pgbouncer(parsed, options):
+        args["statement_cache_size"] = 0
+    return args
 
 
 def _unique_statement_name() -> str:

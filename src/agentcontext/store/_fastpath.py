@@ -1,0 +1,358 @@
+"""The hot write path: appending new messages and moving the head, at driver speed.
+
+A save is the one write every turn makes, so it skips SQLAlchemy's per-statement machinery
+(on aiosqlite, three or four thread hand-offs per statement; on asyncpg, a Python layer per
+round trip) and talks to the driver directly, with the same SQL meaning as the general path
+in ``_branches``:
+
+1. lock the chat row and take the next change version,
+2. insert the messages, each depth computed from its stored parent in SQL (NULL, hence
+   refused, when the parent is missing or in another chat); an id that exists is refused,
+3. move the head by compare-and-swap,
+
+all in one transaction. Anything unusual raises :class:`SlowPath` after rolling back, and the
+caller takes the general path, which names the problem precisely.
+
+- SQLite: one call into a dedicated writer thread with its own connection runs the whole
+  transaction (one thread hand-off instead of about fifteen).
+- PostgreSQL: one statement (data-modifying common table expressions) on a connection of a
+  small asyncpg pool: one round trip, atomic without an explicit transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from agentcontext._validate import dumps
+from agentcontext.errors import BranchNotFoundError, ChatNotFoundError
+from agentcontext.store import _text
+from agentcontext.store.base import AppendResult
+from agentcontext.store.records import MessageRecord, utcnow
+
+__all__ = ["NewMessage", "PostgresAppender", "SlowPath", "SqliteAppender", "plan"]
+
+
+class SlowPath(Exception):
+    """Internal: the fast append met something unusual and rolled back."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message row to insert, with its depth as ``depth(anchor) + offset``."""
+
+    id: str
+    chat_id: str
+    parent_id: str | None
+    anchor: str | None
+    offset: int
+    name: str
+    type: str
+    data: str | None
+    search_text: str
+    created_at: datetime
+
+
+def plan(records: Sequence[MessageRecord]) -> list[NewMessage]:
+    """Rows for records that must all be new; a parent inside the batch must come first."""
+    position = {record.id: i for i, record in enumerate(records)}
+    out: list[NewMessage] = []
+    for index, record in enumerate(records):
+        parent = record.parent_id
+        if parent is not None and parent in position:
+            if position[parent] > index:
+                raise SlowPath
+            anchor, offset = out[position[parent]].anchor, out[position[parent]].offset + 1
+        else:
+            anchor, offset = parent, 1
+        out.append(
+            NewMessage(
+                id=record.id,
+                chat_id=record.chat_id,
+                parent_id=parent,
+                anchor=anchor,
+                offset=offset,
+                name=record.name,
+                type=record.type,
+                data=None if record.data is None else dumps(record.data),
+                search_text=_text.search_text(record.data),
+                created_at=record.created_at,
+            )
+        )
+    return out
+
+
+def _iso(moment: datetime) -> str:
+    # The text form UTCDateTime stores on SQLite.
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+_SQLITE_TOUCH = (
+    "UPDATE chats SET updated_at = ?, version = version + 1 WHERE id = ? RETURNING version"
+)
+_SQLITE_INSERT = (
+    "INSERT INTO messages (id, chat_id, parent_id, depth, name, type, data, search_text, "
+    "created_at, version) VALUES (?, ?, ?, "
+    "coalesce((SELECT depth FROM messages WHERE id = ? AND chat_id = ?), ?) + ?, "
+    "?, ?, ?, ?, ?, ?)"
+)
+_SQLITE_MOVE = (
+    "UPDATE branches SET head_message_id = ? "
+    "WHERE id = ? AND chat_id = ? AND head_message_id IS ? RETURNING id"
+)
+_SQLITE_HEAD = "SELECT chat_id, head_message_id FROM branches WHERE id = ?"
+
+
+class SqliteAppender:
+    """Runs the append transaction on its own connection, in one writer thread."""
+
+    def __init__(self, path: str, busy_timeout: float) -> None:
+        self._path = path
+        self._busy_timeout = busy_timeout
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentcontext")
+        self._conn: sqlite3.Connection | None = None
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(
+                self._path,
+                timeout=self._busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn = conn
+        return self._conn
+
+    async def append(
+        self,
+        chat_id: str,
+        branch_id: str,
+        rows: list[NewMessage],
+        expected_head: str | None,
+        new_head: str,
+    ) -> AppendResult:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, self._append, chat_id, branch_id, rows, expected_head, new_head
+        )
+
+    def _append(
+        self,
+        chat_id: str,
+        branch_id: str,
+        rows: list[NewMessage],
+        expected_head: str | None,
+        new_head: str,
+    ) -> AppendResult:
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            touched = conn.execute(_SQLITE_TOUCH, (_iso(utcnow()), chat_id)).fetchone()
+            if touched is None:
+                raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
+            version = int(touched[0])
+            try:
+                for row in rows:
+                    conn.execute(
+                        _SQLITE_INSERT,
+                        (
+                            row.id,
+                            row.chat_id,
+                            row.parent_id,
+                            row.anchor,
+                            row.chat_id,
+                            0 if row.anchor is None else None,
+                            row.offset,
+                            row.name,
+                            row.type,
+                            row.data,
+                            row.search_text,
+                            _iso(row.created_at),
+                            version,
+                        ),
+                    )
+            except sqlite3.IntegrityError:
+                raise SlowPath from None
+            moved = conn.execute(
+                _SQLITE_MOVE, (new_head, branch_id, chat_id, expected_head)
+            ).fetchone()
+            if moved is None:
+                current = conn.execute(_SQLITE_HEAD, (branch_id,)).fetchone()
+                conn.execute("ROLLBACK")
+                if current is None or current[0] != chat_id:
+                    raise BranchNotFoundError(
+                        f"chat {chat_id!r} has no branch with id {branch_id!r}"
+                    )
+                return AppendResult(ok=False, head_message_id=current[1], version=version - 1)
+            conn.execute("COMMIT")
+            return AppendResult(ok=True, head_message_id=new_head, version=version)
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    async def close(self) -> None:
+        def shut() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, shut)
+        self._executor.shutdown(wait=True)
+
+
+# One statement, one round trip, atomic on its own. Data dependencies fix the order of its
+# parts, and with it the lock order every writer follows (the chat row, then the branch row):
+# "touched" bumps the chat's version (only when the head looks right in this snapshot),
+# "cur" locks the branch and reads its latest head, "ins" inserts only if that head is the
+# expected one, "moved" then moves the head. A missing or foreign parent makes a depth NULL
+# and an existing id breaks the primary key: the statement fails and changes nothing.
+_PG_APPEND = """
+WITH touched AS (
+    UPDATE chats SET updated_at = $1, version = version + 1
+    WHERE id = $2
+      AND (SELECT head_message_id FROM branches WHERE id = $3) IS NOT DISTINCT FROM $4
+    RETURNING version
+), cur AS (
+    SELECT b.head_message_id FROM branches b, touched
+    WHERE b.id = $3 AND b.chat_id = $2
+    FOR UPDATE OF b
+), ins AS (
+    INSERT INTO messages (id, chat_id, parent_id, depth, name, type, data, search_text,
+                          created_at, version)
+    SELECT r.id, $2, r.parent_id,
+           coalesce((SELECT m.depth FROM messages m WHERE m.id = r.anchor AND m.chat_id = $2),
+                    r.rooted) + r.step,
+           r.name, r.type, r.data::jsonb, r.search_text, r.created_at, touched.version
+    FROM touched, cur,
+         unnest($5::varchar[], $6::varchar[], $7::varchar[], $8::integer[], $9::integer[],
+                $10::varchar[], $11::varchar[], $12::text[], $13::text[], $14::timestamptz[])
+           AS r(id, parent_id, anchor, rooted, step, name, type, data, search_text, created_at)
+    WHERE cur.head_message_id IS NOT DISTINCT FROM $4
+    RETURNING 1
+), moved AS (
+    UPDATE branches SET head_message_id = $15
+    FROM cur
+    WHERE branches.id = $3 AND (SELECT count(*) FROM ins) = $16
+    RETURNING 1
+)
+SELECT (SELECT version FROM touched),
+       (SELECT count(*) FROM moved),
+       (SELECT head_message_id FROM cur),
+       (SELECT count(*) FROM cur),
+       b.chat_id,
+       b.head_message_id,
+       (SELECT version FROM chats WHERE id = $2)
+FROM (SELECT 1) AS one
+LEFT JOIN branches b ON b.id = $3
+"""
+
+
+class _PgConflict(Exception):
+    def __init__(self, result: AppendResult) -> None:
+        super().__init__(result)
+        self.result = result
+
+
+class PostgresAppender:
+    """Runs the append transaction on its own small asyncpg pool.
+
+    Its own pool, rather than SQLAlchemy's, skips the pre-ping round trip of each checkout: a
+    connection found dead when the transaction begins is replaced and the transaction retried
+    (nothing had been sent); one lost later raises, and the engine, which treats that outcome
+    as unknown, checks whether the turn landed before retrying.
+    """
+
+    def __init__(self, connect_kwargs: dict[str, Any], max_size: int = 10) -> None:
+        self._connect_kwargs = connect_kwargs
+        self._max_size = max_size
+        self._pool: Any = None
+        self._pool_lock = asyncio.Lock()
+
+    async def _get_pool(self) -> Any:
+        if self._pool is None:
+            import asyncpg
+
+            async with self._pool_lock:
+                if self._pool is None:
+                    kwargs = dict(self._connect_kwargs)
+                    if kwargs.get("statement_cache_size") != 0:
+                        # Plan the append statement once per connection, not per call.
+                        # (Not behind PgBouncer: it refuses unknown startup parameters, and
+                        # statements are not kept there anyway.)
+                        settings = dict(kwargs.pop("server_settings", None) or {})
+                        settings.setdefault("plan_cache_mode", "force_generic_plan")
+                        kwargs["server_settings"] = settings
+                    self._pool = await asyncpg.create_pool(
+                        min_size=0, max_size=self._max_size, **kwargs
+                    )
+        return self._pool
+
+    async def append(
+        self,
+        chat_id: str,
+        branch_id: str,
+        rows: list[NewMessage],
+        expected_head: str | None,
+        new_head: str,
+    ) -> AppendResult:
+        import asyncpg
+
+        pool = await self._get_pool()
+        args = (
+            utcnow(),
+            chat_id,
+            branch_id,
+            expected_head,
+            [row.id for row in rows],
+            [row.parent_id for row in rows],
+            [row.anchor for row in rows],
+            [0 if row.anchor is None else None for row in rows],
+            [row.offset for row in rows],
+            [row.name for row in rows],
+            [row.type for row in rows],
+            ["null" if row.data is None else row.data for row in rows],
+            [row.search_text for row in rows],
+            [row.created_at for row in rows],
+            new_head,
+            len(rows),
+        )
+        for attempt in range(2):
+            async with pool.acquire() as raw:
+                try:
+                    result = await raw.fetchrow(_PG_APPEND, *args)
+                except asyncpg.IntegrityConstraintViolationError:
+                    raise SlowPath from None
+                except (asyncpg.ConnectionDoesNotExistError, OSError):
+                    # A pooled connection that died: the statement ran nowhere, or nowhere
+                    # that could commit (it is atomic); try once more on a fresh one.
+                    if attempt:
+                        raise
+                    continue
+            break
+        version, moved, locked_head, locked, branch_chat, head, chat_version = result
+        if moved:
+            return AppendResult(ok=True, head_message_id=new_head, version=int(version))
+        if chat_version is None:
+            raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
+        if branch_chat != chat_id:
+            raise BranchNotFoundError(f"chat {chat_id!r} has no branch with id {branch_id!r}")
+        # The head was not the expected one (seen when locked, else in the snapshot).
+        # (When the head changed only after this statement's snapshot, the version was bumped
+        # with nothing written: harmless, readers fetch no changes for it.)
+        current = locked_head if locked else head
+        found = version if version is not None else chat_version
+        return AppendResult(ok=False, head_message_id=current, version=int(found))
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
