@@ -36,6 +36,7 @@ from agentcontext.errors import (
     InvalidInputError,
     InvalidTypeError,
     MessageNotFoundError,
+    NotFoundError,
     SerializationError,
     StoreUnavailableError,
 )
@@ -54,6 +55,7 @@ from agentcontext.fragments import (
 from agentcontext.lazy import LazyResolver, LoadContext
 from agentcontext.messages import Message, ResolveResult
 from agentcontext.renderers import ContextRenderer, XmlRenderer
+from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store.base import ContextStore
 from agentcontext.store.records import (
     Branch,
@@ -63,6 +65,7 @@ from agentcontext.store.records import (
     Checkpoint,
     Graph,
     MessageRecord,
+    ResolveRecord,
     utcnow,
 )
 
@@ -281,6 +284,11 @@ def _decode_all(records: list[MessageRecord]) -> list[Message]:
         gc.enable()
 
 
+def _message_json(message: Message) -> bytes:
+    """A message exactly as pydantic serialises it, so a replay gives back the same bytes."""
+    return message.model_dump_json().encode("utf-8")
+
+
 def _usage_dict(usage: object) -> dict[str, Any]:
     if isinstance(usage, Mapping):
         return dict(usage)
@@ -466,6 +474,13 @@ class ContextEngine:
                 self._fragments.append(fragment)
         return self
 
+    def clear_pending(self) -> list[ContextFragment]:
+        """Drop the messages waiting for :meth:`save` (say, after a failed model call) and
+        return them."""
+        dropped = list(self._pending)
+        self._pending.clear()
+        return dropped
+
     # --- initialisation and syncing -----------------------------------------------------------
 
     async def initialize(self) -> None:
@@ -604,7 +619,81 @@ class ContextEngine:
             return result
 
     async def _record(self, result: ResolveResult, renderer: ContextRenderer) -> ResolveResult:
-        raise InvalidInputError("recording resolves needs a store with audit support")
+        """Store the prompt and the messages as blobs; return the result with its record id."""
+        assert self._branch is not None
+        record = await self._store.create_resolve_record(
+            self._chat_id,
+            branch_id=self._branch.id,
+            branch_name=self._branch.name,
+            head_message_id=self._chain.head,
+            renderer=repr(renderer),
+            system_prompt=result.system_prompt,
+            messages=[(message.id, _message_json(message)) for message in result.messages],
+        )
+        return result.model_copy(update={"record_id": record.id})
+
+    async def replay(self, record_id: str) -> ResolveResult:
+        """What a ``resolve(record=True)`` returned, rebuilt from the store byte for byte.
+
+        Works however the branch moved on since. Raises
+        :class:`~agentcontext.NotFoundError` for an unknown record or one of another chat.
+        """
+        v.check_id(record_id, "record_id")
+        async with self._session():
+            record = await self._store.get_resolve_record(record_id)
+            if record is None or record.chat_id != self._chat_id:
+                raise NotFoundError(f"chat {self._chat_id!r} has no resolve record {record_id!r}")
+            blobs = {}
+            for digest in {record.prompt_blob, *record.message_blobs}:
+                content = await self._store.read_blob(digest)
+                if content is None:
+                    raise NotFoundError(
+                        f"blob {digest} of resolve record {record_id!r} is missing from the store"
+                    )
+                blobs[digest] = content
+        return ResolveResult(
+            system_prompt=blobs[record.prompt_blob].decode("utf-8"),
+            messages=[Message.model_validate_json(blobs[h]) for h in record.message_blobs],
+            record_id=record.id,
+        )
+
+    async def list_records(self) -> list[ResolveRecord]:
+        """The chat's resolve records, newest first."""
+        async with self._session():
+            return await self._store.list_resolve_records(self._chat_id)
+
+    # --- snapshots --------------------------------------------------------------------------
+
+    async def snapshot(self, snapshot: ContextSnapshot) -> ContextSnapshot:
+        """Store a context snapshot attached to the chat and the current head message.
+
+        Returns the stored, immutable copy (with its ``id``); the contents it holds are
+        written once by hash, however many snapshots or chats use them.
+        """
+        if not isinstance(snapshot, ContextSnapshot):
+            raise InvalidTypeError(
+                f"snapshot() takes a ContextSnapshot, got {v.type_name(snapshot)}"
+            )
+        async with self._session():
+            head = await self._fresh_head()
+            return await self._store.save_snapshot(snapshot, chat_id=self._chat_id, message_id=head)
+
+    async def list_snapshots(self) -> list[ContextSnapshot]:
+        """The chat's snapshots, newest first (without their contents)."""
+        async with self._session():
+            return await self._store.list_snapshots(self._chat_id)
+
+    async def load_snapshot(
+        self, snapshot_id: str, *, with_content: bool = False
+    ) -> ContextSnapshot:
+        """One of the chat's snapshots; ``with_content`` loads its items' contents too."""
+        v.check_id(snapshot_id, "snapshot_id")
+        v.check_bool(with_content, "with_content")
+        async with self._session():
+            found = await self._store.get_snapshot(snapshot_id, with_content=with_content)
+        if found is None or found.chat_id != self._chat_id:
+            raise NotFoundError(f"chat {self._chat_id!r} has no snapshot {snapshot_id!r}")
+        return found
 
     async def get_messages(self) -> list[Message]:
         """The conversation as :meth:`resolve` returns it, without rendering the prompt."""

@@ -16,9 +16,11 @@ from agentcontext.store.records import (
     ChatInfo,
     ChatUpdate,
     Checkpoint,
+    ExportedBlob,
     Graph,
     GraphNode,
     MessageRecord,
+    ResolveRecord,
     SearchResult,
 )
 from agentcontext.store.sql import InMemoryContextStore, SqlContextStore
@@ -34,10 +36,12 @@ __all__ = [
     "ChatUpdate",
     "Checkpoint",
     "ContextStore",
+    "ExportedBlob",
     "Graph",
     "GraphNode",
     "InMemoryContextStore",
     "MessageRecord",
+    "ResolveRecord",
     "SearchResult",
     "SqlContextStore",
 ]
