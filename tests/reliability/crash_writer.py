@@ -2,7 +2,7 @@
 
 Run as a subprocess::
 
-    python tests/reliability/crash_writer.py URL CHAT_PREFIX RUN SEED [--chats N] [--wait]
+    python tests/reliability/crash_writer.py URL CHAT_PREFIX RUN SEED [--chats N]
 
 It opens the chats ``CHAT_PREFIX-0`` … ``CHAT_PREFIX-{N-1}`` with new engines, so it carries on
 from the stored heads, then loops over random actions on random chats: turns of two to four
@@ -15,20 +15,25 @@ checker can tell whole turns from partial ones on any chain. Markers are unique 
 (``RUN.n``; streaming turns ``RUN.n.s``); the first turn of a run on chat ``i`` is
 ``RUN.0.c<i>`` and is saved before anything else, after the placeholder of an interrupted
 streaming turn (if the head is one) was completed. Once every chat has its first turn the
-writer prints ``ready``. It writes nothing else: the database is the truth.
+writer prints ``ready RUN``. It writes nothing else: the database is the truth.
 
-With ``--wait`` it imports everything, then waits for a line on stdin before it touches the
-database (so a test can start the next writer while it checks the previous one).
+``python tests/reliability/crash_writer.py --serve`` imports everything once, then forks
+writers on request (see :func:`serve`), so a test can start one every few milliseconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
+import os
 import random
 import re
+import signal
 import sys
 import time
+import traceback
 
 from agentcontext import (
     ContextEngine,
@@ -122,7 +127,7 @@ class Writer:
                 await engine.complete_turn(assistant_text(marker_text(found[0], 2, 2)))
             engine.set(*turn_messages(first_turn(self.run, index), self.rng.choice((2, 3))))
             await engine.save()
-        print("ready", flush=True)
+        print(f"ready {self.run}", flush=True)
 
     async def step(self) -> None:
         engine = self.rng.choice(self.engines)
@@ -188,15 +193,78 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("run", type=int)
     parser.add_argument("seed", type=int)
     parser.add_argument("--chats", type=int, default=3)
-    parser.add_argument("--wait", action="store_true", help="wait for a line on stdin first")
     parser.add_argument(
         "--max-seconds", type=float, default=120.0, help="stop by itself after this long"
     )
     return parser.parse_args(argv)
 
 
+# --- serve mode: writers forked from one process that has imported everything ---------------
+
+
+def _reply(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _writer_child(argv: list[str], stderr_path: str) -> None:
+    """In a forked child: run one writer, never return."""
+    code = 1
+    try:
+        err = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(err, 2)
+        os.close(err)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        asyncio.run(main(parse_args(argv)))
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def serve() -> None:
+    """Start and kill writers on request, one JSON command a line on stdin.
+
+    ``{"op": "start", "run": R, "argv": [...], "stderr": PATH}`` forks a writer (a new process
+    with the arguments of the command line, its stderr in PATH) and answers ``started R PID``;
+    ``{"op": "kill", "run": R}`` sends it SIGKILL, reaps it and answers ``killed R STATUS``
+    (``signal N``, or ``exit N`` when it had stopped by itself). Writers print ``ready R`` on
+    the same stdout. At the end of stdin the remaining writers are killed.
+
+    Forking from a process that has imported everything (and runs no thread and no event loop)
+    starts a writer in a few milliseconds instead of the better part of a second.
+    """
+    children: dict[int, int] = {}
+    for line in sys.stdin:
+        command = json.loads(line)
+        run = int(command["run"])
+        if command["op"] == "start":
+            pid = os.fork()
+            if pid == 0:
+                _writer_child(command["argv"], command["stderr"])
+            children[run] = pid
+            _reply(f"started {run} {pid}")
+        elif command["op"] == "kill":
+            pid = children.pop(run)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+            if os.WIFSIGNALED(status):
+                _reply(f"killed {run} signal {os.WTERMSIG(status)}")
+            else:
+                _reply(f"killed {run} exit {os.WEXITSTATUS(status)}")
+    for pid in children.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
 if __name__ == "__main__":
-    arguments = parse_args(sys.argv[1:])
-    if arguments.wait and not sys.stdin.readline():
-        sys.exit(0)  # nobody wants this writer any more
-    asyncio.run(main(arguments))
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+    else:
+        asyncio.run(main(parse_args(sys.argv[1:])))
