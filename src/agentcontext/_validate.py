@@ -19,6 +19,16 @@ MAX_ID_LENGTH = 255
 MAX_JSON_DEPTH = 128
 """Deepest nesting of lists and dicts accepted in stored JSON (metadata, message data)."""
 
+MAX_MESSAGE_TEXT_BYTES = 256 * 1024
+"""Most searchable text one message may hold, in UTF-8 bytes.
+
+The searchable text is what the full-text index covers (text and reasoning parts and tool
+names). PostgreSQL's index entry (a ``tsvector``) holds at most 1 MiB and can take up to about
+3.4 bytes per byte of text, so 256 KiB is the most that fits whatever the words; SQLite gets
+the same limit, so a message is accepted or refused alike on every backend. Tool outputs,
+data parts and files are not indexed and have no such limit.
+"""
+
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
 
@@ -41,6 +51,38 @@ def check_text(value: object, what: str) -> str:
             "decode your input with errors='replace' first"
         ) from None
     return value
+
+
+def check_unicode(value: object, what: str) -> str:
+    """Check that ``value`` is a str that encodes to UTF-8 (no lone surrogates).
+
+    NUL characters are allowed: for text kept as bytes (blobs), not in database text columns.
+    """
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{what} must be a str, got {type_name(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(
+            f"{what} contains a lone surrogate and is not valid Unicode; "
+            "decode your input with errors='replace' first"
+        ) from None
+    return value
+
+
+def check_search_text(text: str, what: str) -> None:
+    """Refuse searchable text longer than :data:`MAX_MESSAGE_TEXT_BYTES` (UTF-8)."""
+    if len(text) <= MAX_MESSAGE_TEXT_BYTES // 4:
+        return  # at most 4 bytes per character: cannot be too long
+    size = len(text.encode("utf-8"))
+    if size > MAX_MESSAGE_TEXT_BYTES:
+        raise InvalidInputError(
+            f"{what} has {size:,} bytes of searchable text (text and reasoning parts); one "
+            f"message may hold at most {MAX_MESSAGE_TEXT_BYTES:,} bytes so that the full-text "
+            "index can hold it on every backend. Split the text into several messages, or keep "
+            "large content out of the text: in a tool output or a data part, or as a file of a "
+            "ContextSnapshot, which are stored whole but not indexed"
+        )
 
 
 def check_id(value: object, what: str) -> str:
@@ -126,8 +168,8 @@ def check_json(value: object, what: str) -> None:
                 for key, child in item.items():
                     if not isinstance(key, str):
                         raise SerializationError(
-                            f"{what} has a {type_name(key)} key {key!r} at {path}; "
-                            "JSON object keys must be strings"
+                            f"{what} has the key {key!r} (of type {type_name(key)}) at {path}; "
+                            "JSON object keys must be strings: convert it with str()"
                         )
                     _check_json_str(key, what, f"{path} (key)")
                     stack.append((child, f"{path}.{key}", depth + 1))
@@ -136,8 +178,8 @@ def check_json(value: object, what: str) -> None:
                     stack.append((child, f"{path}[{index}]", depth + 1))
         else:
             raise SerializationError(
-                f"{what} holds a {type_name(item)} at {path}, which JSON cannot represent; "
-                "convert it to str, int, float, bool, None, list or dict"
+                f"{what} holds a value of type {type_name(item)} at {path}, which JSON cannot "
+                "represent; convert it to str, int, float, bool, None, list or dict"
             )
 
 
@@ -150,7 +192,8 @@ def _check_json_str(text: str, what: str, path: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise SerializationError(
-            f"{what} has a lone surrogate at {path} and is not valid Unicode"
+            f"{what} has a lone surrogate at {path} and is not valid Unicode; "
+            "decode your input with errors='replace' first"
         ) from None
 
 

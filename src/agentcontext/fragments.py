@@ -38,6 +38,7 @@ __all__ = [
     "analogy",
     "assistant",
     "assistant_text",
+    "check_fragment_data",
     "clarification",
     "correction",
     "example",
@@ -157,6 +158,10 @@ FragmentData: TypeAlias = Union[  # noqa: UP007 (forward references need typing.
 these, or a lazy value (see :mod:`agentcontext.lazy`)."""
 
 
+MAX_FRAGMENT_DEPTH = 200
+"""Deepest nesting of fragments, lists and dicts a renderer accepts (each level counts one)."""
+
+
 # --- guards --------------------------------------------------------------------------------
 
 
@@ -177,6 +182,66 @@ def is_lazy_fragment(value: object) -> bool:
     (:func:`resolve_lazy_message`) at save and resolve time.
     """
     return isinstance(value, ContextFragment) and isinstance(value.codec, _LastAssistantCodec)
+
+
+def check_fragment_data(fragment: ContextFragment, what: str) -> None:
+    """Refuse fragment data that no renderer can show: nested deeper than
+    :data:`MAX_FRAGMENT_DEPTH` levels (fragments, lists and dicts), or containing itself.
+
+    The walk is iterative, so any depth is refused cleanly. Lazy values, message fragments and
+    fragments with a codec are not entered (they are materialised or decoded later).
+
+    Raises:
+        InvalidInputError: naming ``what`` and where in the data the problem is.
+    """
+    if fragment.type == "message" or fragment.codec is not None:
+        return
+    # (value, path, depth); a container leaves ``active`` once the stack shrinks back below
+    # the length it had when the container was entered.
+    stack: list[tuple[object, str, int]] = [(fragment.data, "data", 1)]
+    active: set[int] = {id(fragment)}
+    exits: list[tuple[int, int]] = []
+    while stack:
+        while exits and len(stack) <= exits[-1][0]:
+            active.discard(exits.pop()[1])
+        value, path, depth = stack.pop()
+        if isinstance(value, ContextFragment):
+            if value.type == "message" or value.codec is not None:
+                continue
+            children: list[tuple[object, str]] = [(value.data, f"{path}<{value.name}>")]
+        elif isinstance(value, dict):
+            children = [
+                (item, f"{path}[{key!r}]")
+                for key, item in value.items()
+                if isinstance(item, _NESTED)
+            ]
+        elif isinstance(value, (list, tuple)):
+            children = [
+                (item, f"{path}[{index}]")
+                for index, item in enumerate(value)
+                if isinstance(item, _NESTED)
+            ]
+        else:
+            continue
+        if depth > MAX_FRAGMENT_DEPTH:
+            raise InvalidInputError(
+                f"{what} is nested deeper than {MAX_FRAGMENT_DEPTH} levels at {_short(path)}; "
+                "no renderer can show it: flatten the data"
+            )
+        if id(value) in active:
+            raise InvalidInputError(
+                f"{what} contains itself at {_short(path)}; remove the reference to itself"
+            )
+        active.add(id(value))
+        exits.append((len(stack), id(value)))
+        stack.extend((child, where, depth + 1) for child, where in reversed(children))
+
+
+_NESTED = (ContextFragment, dict, list, tuple)
+
+
+def _short(path: str) -> str:
+    return path if len(path) <= 120 else f"{path[:120]}…"
 
 
 # --- generic and domain builders -----------------------------------------------------------

@@ -167,7 +167,9 @@ class ContextSnapshot(BaseModel):
             ) from None
         v.check_text(path, "path")
         if isinstance(content, str):
-            v.check_text(content, "content")
+            # Stored as bytes, so NUL is fine (the item just gets no preview); the text must
+            # still encode to UTF-8.
+            v.check_unicode(content, "content")
             data = content.encode("utf-8")
             default_type = "text/plain; charset=utf-8"
         elif isinstance(content, (bytes, bytearray, memoryview)):
