@@ -44,6 +44,7 @@ from agentcontext.estimate import Estimate, estimate_context
 from agentcontext.fragments import (
     ContextFragment,
     assistant,
+    check_fragment_data,
     is_empty_assistant_placeholder,
     is_lazy_fragment,
     is_message_fragment,
@@ -391,6 +392,8 @@ class ContextEngine:
         self._initial_metadata = (
             None if metadata is None else v.check_json_object(metadata, "metadata")
         )
+        v.check_int(lazy_max_depth, "lazy_max_depth", minimum=1)
+        v.check_int(lazy_max_items, "lazy_max_items", minimum=0)
         self._resolver = LazyResolver(max_depth=lazy_max_depth, max_items=lazy_max_items)
         self._fragments: list[ContextFragment] = []
         self._pending: list[ContextFragment] = []
@@ -467,6 +470,7 @@ class ContextEngine:
                     f"set() takes ContextFragment objects; argument {index} is a "
                     f"{v.type_name(fragment)} (build one with role(), hint(), user(), ...)"
                 )
+            check_fragment_data(fragment, f"set() argument {index} (fragment {fragment.name!r})")
         for fragment in fragments:
             if is_message_fragment(fragment):
                 self._pending.append(fragment)

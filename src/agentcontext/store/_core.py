@@ -24,7 +24,7 @@ from agentcontext.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from agentcontext.store import _migrate, _rows
+from agentcontext.store import _migrate, _rows, _text
 from agentcontext.store._dialect import (
     WRITE_OPTION,
     Dialect,
@@ -69,6 +69,7 @@ def check_record(value: object, what: str) -> MessageRecord:
     v.check_id(value.name, f"{what}.name")
     v.check_id(value.type, f"{what}.type")
     v.check_json(value.data, f"{what}.data")
+    v.check_search_text(_text.search_text(value.data), f"message {value.id!r}")
     if value.parent_id == value.id:
         raise InvalidGraphError(f"message {value.id!r} cannot be its own parent")
     return value
@@ -121,6 +122,8 @@ class SqlCore(ContextStore):
         migrate: MigrateMode = "auto",
         **engine_options: Any,
     ) -> None:
+        if not isinstance(migrate, (str, bool)):
+            raise InvalidTypeError(f"migrate must be 'auto' or False, got {v.type_name(migrate)}")
         if migrate not in ("auto", True, False):
             raise InvalidInputError(f"migrate must be 'auto' or False, got {migrate!r}")
         self._migrate_mode: MigrateMode = migrate

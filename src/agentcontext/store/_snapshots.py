@@ -78,6 +78,7 @@ class SnapshotsMixin(BranchesMixin):
         With ``expected_hash``, content whose hash differs is refused
         (:class:`~agentcontext.InvalidInputError`). Storing the same content again is free.
         """
+        v.check_optional_text(expected_hash, "expected_hash")
         digest = blob_hash(content)
         if expected_hash is not None and expected_hash != digest:
             raise InvalidInputError(
@@ -120,7 +121,10 @@ class SnapshotsMixin(BranchesMixin):
                 f"save_snapshot takes a ContextSnapshot, got {v.type_name(snapshot)}"
             )
         if snapshot.stored:
-            raise SnapshotError(f"snapshot {snapshot.id!r} is stored already")
+            raise SnapshotError(
+                f"snapshot {snapshot.id!r} is stored already and cannot be stored again; "
+                "build a new ContextSnapshot"
+            )
         v.check_id(chat_id, "chat_id")
         v.check_optional_id(message_id, "message_id")
         v.check_optional_text(snapshot.summary, "summary")
@@ -198,6 +202,7 @@ class SnapshotsMixin(BranchesMixin):
     ) -> ContextSnapshot | None:
         """A stored snapshot, or None. ``with_content`` also loads its items' blobs."""
         v.check_id(snapshot_id, "snapshot_id")
+        v.check_bool(with_content, "with_content")
         async with self._tx() as conn:
             found = await self._snapshots(conn, SN.c.id == snapshot_id, with_content)
         return found[0] if found else None
@@ -289,8 +294,21 @@ class SnapshotsMixin(BranchesMixin):
     ) -> ResolveRecord:
         """Store what a model was shown: the prompt and each message's JSON, as blobs."""
         v.check_id(chat_id, "chat_id")
-        v.check_text(system_prompt, "system_prompt")
+        v.check_optional_id(branch_id, "branch_id")
+        v.check_optional_id(branch_name, "branch_name")
+        v.check_optional_id(head_message_id, "head_message_id")
+        # Kept as a blob (bytes), so any text that encodes to UTF-8 is fine, NUL included.
+        v.check_unicode(system_prompt, "system_prompt")
         v.check_id(renderer, "renderer")
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+            raise InvalidTypeError(
+                f"messages must be a list of (message_id, bytes) pairs, got {v.type_name(messages)}"
+            )
+        for index, pair in enumerate(messages):
+            if not isinstance(pair, tuple) or len(pair) != 2:
+                raise InvalidTypeError(
+                    f"messages[{index}] must be a (message_id, bytes) pair, got {v.type_name(pair)}"
+                )
         prompt = system_prompt.encode("utf-8")
         blobs: dict[str, tuple[bytes, str]] = {blob_hash(prompt): (prompt, TEXT_TYPE)}
         message_ids, message_blobs = [], []
