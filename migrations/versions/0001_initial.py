@@ -60,6 +60,7 @@ def upgrade() -> None:
         sa.Column("created_at", TIMESTAMP, nullable=False),
         sa.Column("updated_at", TIMESTAMP, nullable=False),
         sa.Column("version", sa.BigInteger(), server_default="0", nullable=False),
+        sa.Column("message_count", sa.BigInteger(), server_default="0", nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_chats")),
     )
     op.create_index("ix_chats_updated_at_id", "chats", ["updated_at", "id"])

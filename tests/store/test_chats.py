@@ -204,3 +204,40 @@ async def test_delete_chat_honours_the_user_guard(store: SqlContextStore) -> Non
     assert await store.get_chat("c1") is not None
     assert await store.delete_chat("c1", user_id="Alice") is True
     assert await store.delete_chat("unknown", user_id="Alice") is False
+
+
+async def test_message_counts_follow_every_write_path(store: SqlContextStore) -> None:
+    from tests.helpers import rec
+
+    await store.create_chat("c", user_id="u")
+    main = await store.get_active_branch("c")
+    assert main is not None
+
+    async def count() -> int:
+        (info,) = await store.list_chats(user_id="u")
+        return info.message_count
+
+    assert await count() == 0
+    await store.append_messages(main.id, chain("c", 3), expected_head=None)  # fast path
+    assert await count() == 3
+    stale = await store.append_messages(main.id, [rec("x", "c", "m1")], expected_head="m1")
+    assert not stale.ok
+    assert await count() == 3  # a lost compare-and-swap counts nothing
+    await store.add_messages([rec("m2", "c", "m1", "edited"), rec("n", "c", "m2")])  # one update
+    assert await count() == 4
+    await store.fork_branch(
+        "c", "main", head_message_id="m0", activate=False, messages=[rec("f", "c", "m0")]
+    )
+    assert await count() == 5
+    await store.append_messages(  # the general path: an in-place update allowed
+        main.id, [rec("m2", "c", "m1", "again"), rec("z", "c", "m2")],
+        expected_head="m2", updates=["m2"],
+    )
+    assert await count() == 6
+    with pytest.raises(errors.MessageNotFoundError):
+        await store.append_messages(main.id, [rec("q", "c", "ghost")], expected_head="z")
+    assert await count() == 6
+    exported = await store.export_chat("c")
+    await store.delete_chat("c")
+    await store.import_chat(exported)
+    assert await count() == 6

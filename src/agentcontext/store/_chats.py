@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sqlalchemy import delete, func, literal, select, update
+from sqlalchemy import Select, delete, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentcontext import _validate as v
@@ -151,27 +151,9 @@ class ChatsMixin(SqlCore):
         limit: int | None = None,
         offset: int = 0,
     ) -> list[ChatInfo]:
-        v.check_optional_id(user_id, "user_id")
-        wanted = check_metadata_filter(metadata)
-        v.check_optional_int(limit, "limit", minimum=0)
-        v.check_int(offset, "offset", minimum=0)
-        message_count = (
-            select(func.count()).select_from(M).where(M.c.chat_id == C.c.id).scalar_subquery()
+        query = self.list_chats_query(
+            user_id=user_id, metadata=metadata, limit=limit, offset=offset
         )
-        branch_count = (
-            select(func.count()).select_from(B).where(B.c.chat_id == C.c.id).scalar_subquery()
-        )
-        query = select(*CHAT_COLS, message_count, branch_count).order_by(
-            C.c.updated_at.desc(), C.c.id.desc()
-        )
-        if user_id is not None:
-            query = query.where(C.c.user_id == user_id)
-        if wanted:
-            query = query.where(self._dialect.metadata_filter(C.c.metadata, wanted))
-        if limit is not None:
-            query = query.limit(limit)
-        if offset:
-            query = query.offset(offset)
         async with self._tx() as conn:
             rows = (await conn.execute(query)).all()
         return [
@@ -185,6 +167,37 @@ class ChatsMixin(SqlCore):
             )
             for row in rows
         ]
+
+    def list_chats_query(
+        self,
+        *,
+        user_id: str | None = None,
+        metadata: Mapping[str, str | int | bool] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> Select[Any]:
+        """The SQL :meth:`list_chats` runs (to show its query plan, for instance)."""
+        v.check_optional_id(user_id, "user_id")
+        wanted = check_metadata_filter(metadata)
+        v.check_optional_int(limit, "limit", minimum=0)
+        v.check_int(offset, "offset", minimum=0)
+        # The page first (an index walk on (user_id, updated_at, id)), then the branch counts
+        # for its rows only: counting inside the page query would count skipped rows too.
+        # Message counts are kept on the chat row, as a chat may hold millions.
+        page = select(*CHAT_COLS, C.c.message_count).order_by(C.c.updated_at.desc(), C.c.id.desc())
+        if user_id is not None:
+            page = page.where(C.c.user_id == user_id)
+        if wanted:
+            page = page.where(self._dialect.metadata_filter(C.c.metadata, wanted))
+        if limit is not None:
+            page = page.limit(limit)
+        if offset:
+            page = page.offset(offset)
+        rows = page.subquery("page")
+        branch_count = (
+            select(func.count()).select_from(B).where(B.c.chat_id == rows.c.id).scalar_subquery()
+        )
+        return select(*rows.c, branch_count).order_by(rows.c.updated_at.desc(), rows.c.id.desc())
 
     async def delete_chat(self, chat_id: str, *, user_id: str | None = None) -> bool:
         v.check_id(chat_id, "chat_id")

@@ -2,7 +2,7 @@
 
 - engine set-up (SQLite pragmas and write-lock-up-front transactions; PostgreSQL pre-ping),
 - the upsert construct,
-- full-text search (FTS5 vs tsvector ranking) and the DDL that creates its objects,
+- full-text search (FTS5 vs tsvector ranking and snippets),
 - the metadata filter of ``list_chats`` (``json_each`` vs ``@>``),
 - the migration lock (the write lock vs an advisory lock),
 - recognising driver errors (unique violations, lost connections).
@@ -57,6 +57,11 @@ class Dialect:
     @property
     def is_sqlite(self) -> bool:
         return self.name == "sqlite"
+
+    @property
+    def native_snippets(self) -> bool:
+        """Whether :meth:`search` selects finished snippets (else the text to cut them from)."""
+        return self.is_sqlite
 
     # --- statements ------------------------------------------------------------------------
 
@@ -115,7 +120,10 @@ class Dialect:
         """A ranked full-text query over ``messages`` restricted by ``scope``.
 
         Every term must occur as a whole word (case-insensitive). Selects the message columns,
-        ``rank`` (higher is better on both backends) and ``search_text`` (for the snippet).
+        ``rank`` (higher is better on both backends) and the snippet: SQLite's FTS5 makes it in
+        C (16 tokens around the hits, hits in ``<mark>``); on PostgreSQL the column is the
+        indexed text and :func:`agentcontext.store._text.snippet` cuts the same shape from it
+        (``ts_headline`` is no faster and centres its fragments poorly).
         """
         m = s.messages
         cols = [m.c.id, m.c.chat_id, m.c.parent_id, m.c.name, m.c.type, m.c.data, m.c.created_at]
@@ -124,8 +132,9 @@ class Dialect:
             fts_ref: ColumnElement[Any] = literal_column("messages_fts")
             match = " ".join('"' + term.replace('"', '""') + '"' for term in terms)
             rank = (-func.bm25(fts_ref)).label("rank")
+            snippet = func.snippet(fts_ref, 0, "<mark>", "</mark>", "…", 16)
             return (
-                select(*cols, rank, m.c.search_text)
+                select(*cols, rank, snippet)
                 .select_from(m.join(fts, m.c.seq == fts.c.rowid))
                 .where(fts_ref.op("MATCH")(bindparam("fts_query", match)), scope)
                 .order_by(rank.desc(), m.c.seq.desc())
@@ -140,38 +149,6 @@ class Dialect:
             .order_by(rank.desc(), m.c.seq.desc())
             .limit(limit)
         )
-
-    # --- DDL for objects SQLAlchemy cannot model -------------------------------------------
-
-    def search_index_ddl(self) -> list[str]:
-        """Statements creating the full-text objects not expressible as SQLAlchemy models."""
-        if not self.is_sqlite:
-            return []  # the GIN expression index is part of the models
-        return [
-            "CREATE VIRTUAL TABLE messages_fts USING fts5("
-            "search_text, content='messages', content_rowid='seq', "
-            "tokenize='unicode61 remove_diacritics 0')",
-            "CREATE TRIGGER messages_fts_ai AFTER INSERT ON messages BEGIN "
-            "INSERT INTO messages_fts(rowid, search_text) VALUES (new.seq, new.search_text); END",
-            "CREATE TRIGGER messages_fts_ad AFTER DELETE ON messages BEGIN "
-            "INSERT INTO messages_fts(messages_fts, rowid, search_text) "
-            "VALUES ('delete', old.seq, old.search_text); END",
-            "CREATE TRIGGER messages_fts_au AFTER UPDATE OF search_text ON messages BEGIN "
-            "INSERT INTO messages_fts(messages_fts, rowid, search_text) "
-            "VALUES ('delete', old.seq, old.search_text); "
-            "INSERT INTO messages_fts(rowid, search_text) VALUES (new.seq, new.search_text); END",
-        ]
-
-    def search_index_drop_ddl(self) -> list[str]:
-        """Statements dropping what :meth:`search_index_ddl` created."""
-        if not self.is_sqlite:
-            return []
-        return [
-            "DROP TRIGGER IF EXISTS messages_fts_au",
-            "DROP TRIGGER IF EXISTS messages_fts_ad",
-            "DROP TRIGGER IF EXISTS messages_fts_ai",
-            "DROP TABLE IF EXISTS messages_fts",
-        ]
 
     # --- locks ------------------------------------------------------------------------------
 

@@ -93,7 +93,8 @@ def _iso(moment: datetime) -> str:
 
 
 _SQLITE_TOUCH = (
-    "UPDATE chats SET updated_at = ?, version = version + 1 WHERE id = ? RETURNING version"
+    "UPDATE chats SET updated_at = ?, version = version + 1, message_count = message_count + ? "
+    "WHERE id = ? RETURNING version"
 )
 _SQLITE_INSERT = (
     "INSERT INTO messages (id, chat_id, parent_id, depth, name, type, data, search_text, "
@@ -154,7 +155,7 @@ class SqliteAppender:
         conn = self._connection()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            touched = conn.execute(_SQLITE_TOUCH, (_iso(utcnow()), chat_id)).fetchone()
+            touched = conn.execute(_SQLITE_TOUCH, (_iso(utcnow()), len(rows), chat_id)).fetchone()
             if touched is None:
                 raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
             version = int(touched[0])
@@ -211,20 +212,23 @@ class SqliteAppender:
 
 # One statement, one round trip, atomic on its own. Data dependencies fix the order of its
 # parts, and with it the lock order every writer follows (the chat row, then the branch row):
-# "touched" bumps the chat's version (only when the head looks right in this snapshot),
-# "cur" locks the branch and reads its latest head, "ins" inserts only if that head is the
-# expected one, "moved" then moves the head. A missing or foreign parent makes a depth NULL
-# and an existing id breaks the primary key: the statement fails and changes nothing.
+# "touched" locks the chat and bumps its version and message count, "cur" locks the branch,
+# "guard" fails the whole statement (division by zero, nothing applied) when the locked head
+# is not the expected one, "ins" inserts, "moved" moves the head. A missing or foreign parent
+# makes a depth NULL and an existing id breaks the primary key: the statement fails too.
 _PG_APPEND = """
 WITH touched AS (
-    UPDATE chats SET updated_at = $1, version = version + 1
+    UPDATE chats SET updated_at = $1, version = version + 1,
+                     message_count = message_count + $16
     WHERE id = $2
-      AND (SELECT head_message_id FROM branches WHERE id = $3) IS NOT DISTINCT FROM $4
     RETURNING version
 ), cur AS (
     SELECT b.head_message_id FROM branches b, touched
     WHERE b.id = $3 AND b.chat_id = $2
     FOR UPDATE OF b
+), guard AS (
+    SELECT 1 / (CASE WHEN cur.head_message_id IS NOT DISTINCT FROM $4 THEN 1 ELSE 0 END) AS ok
+    FROM cur
 ), ins AS (
     INSERT INTO messages (id, chat_id, parent_id, depth, name, type, data, search_text,
                           created_at, version)
@@ -232,34 +236,25 @@ WITH touched AS (
            coalesce((SELECT m.depth FROM messages m WHERE m.id = r.anchor AND m.chat_id = $2),
                     r.rooted) + r.step,
            r.name, r.type, r.data::jsonb, r.search_text, r.created_at, touched.version
-    FROM touched, cur,
+    FROM touched, guard,
          unnest($5::varchar[], $6::varchar[], $7::varchar[], $8::integer[], $9::integer[],
                 $10::varchar[], $11::varchar[], $12::text[], $13::text[], $14::timestamptz[])
            AS r(id, parent_id, anchor, rooted, step, name, type, data, search_text, created_at)
-    WHERE cur.head_message_id IS NOT DISTINCT FROM $4
+    WHERE guard.ok = 1
     RETURNING 1
 ), moved AS (
     UPDATE branches SET head_message_id = $15
-    FROM cur
-    WHERE branches.id = $3 AND (SELECT count(*) FROM ins) = $16
+    WHERE id = $3 AND (SELECT count(*) FROM ins) = $16
     RETURNING 1
 )
-SELECT (SELECT version FROM touched),
-       (SELECT count(*) FROM moved),
-       (SELECT head_message_id FROM cur),
-       (SELECT count(*) FROM cur),
-       b.chat_id,
-       b.head_message_id,
-       (SELECT version FROM chats WHERE id = $2)
-FROM (SELECT 1) AS one
-LEFT JOIN branches b ON b.id = $3
+SELECT (SELECT version FROM touched), (SELECT count(*) FROM moved)
 """
 
 
-class _PgConflict(Exception):
-    def __init__(self, result: AppendResult) -> None:
-        super().__init__(result)
-        self.result = result
+_PG_STATE = """
+SELECT b.chat_id, b.head_message_id, (SELECT version FROM chats WHERE id = $2)
+FROM (SELECT 1) AS one LEFT JOIN branches b ON b.id = $1 AND b.chat_id = $2
+"""
 
 
 class PostgresAppender:
@@ -328,7 +323,13 @@ class PostgresAppender:
         for attempt in range(2):
             async with pool.acquire() as raw:
                 try:
-                    result = await raw.fetchrow(_PG_APPEND, *args)
+                    version, moved = await raw.fetchrow(_PG_APPEND, *args)
+                except asyncpg.DivisionByZeroError:
+                    # The guard: the branch head was not the expected one. Nothing applied.
+                    current = await raw.fetchrow(_PG_STATE, branch_id, chat_id)
+                    return AppendResult(
+                        ok=False, head_message_id=current[1], version=int(current[2])
+                    )
                 except asyncpg.IntegrityConstraintViolationError:
                     raise SlowPath from None
                 except (asyncpg.ConnectionDoesNotExistError, OSError):
@@ -337,20 +338,14 @@ class PostgresAppender:
                     if attempt:
                         raise
                     continue
-            break
-        version, moved, locked_head, locked, branch_chat, head, chat_version = result
-        if moved:
-            return AppendResult(ok=True, head_message_id=new_head, version=int(version))
-        if chat_version is None:
-            raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
-        if branch_chat != chat_id:
-            raise BranchNotFoundError(f"chat {chat_id!r} has no branch with id {branch_id!r}")
-        # The head was not the expected one (seen when locked, else in the snapshot).
-        # (When the head changed only after this statement's snapshot, the version was bumped
-        # with nothing written: harmless, readers fetch no changes for it.)
-        current = locked_head if locked else head
-        found = version if version is not None else chat_version
-        return AppendResult(ok=False, head_message_id=current, version=int(found))
+                if moved:
+                    return AppendResult(ok=True, head_message_id=new_head, version=int(version))
+                # Nothing was written: the chat or the branch is missing.
+                current = await raw.fetchrow(_PG_STATE, branch_id, chat_id)
+                if current[2] is None:
+                    raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
+                raise BranchNotFoundError(f"chat {chat_id!r} has no branch with id {branch_id!r}")
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def close(self) -> None:
         if self._pool is not None:

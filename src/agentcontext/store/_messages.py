@@ -14,6 +14,7 @@ from agentcontext.store import _rows, _text
 from agentcontext.store._chain import load_chain
 from agentcontext.store._core import IN_CHUNK, MESSAGE_COLS, SqlCore, check_record, check_records
 from agentcontext.store._schema import branches as B
+from agentcontext.store._schema import chats as C
 from agentcontext.store._schema import messages as M
 from agentcontext.store.records import MessageRecord
 
@@ -131,6 +132,14 @@ class MessagesMixin(SqlCore):
             raise InvalidGraphError(
                 "a message id of this batch was just created in another chat; "
                 "message ids are global, pick new ids"
+            )
+        added: dict[str, int] = {}
+        for record in records:
+            if record.id not in existing:
+                added[record.chat_id] = added.get(record.chat_id, 0) + 1
+        for chat_id, count in added.items():
+            await conn.execute(
+                update(C).where(C.c.id == chat_id).values(message_count=C.c.message_count + count)
             )
         return stored
 

@@ -138,6 +138,8 @@ class ChatRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
     version: Mapped[int] = mapped_column(BigInteger, server_default="0")
     """Change counter: every write to the chat's graph increments it (see messages.version)."""
+    message_count: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    """Messages of the chat on all branches, kept in step by every write that inserts some."""
 
     __table_args__ = (
         Index("ix_chats_user_id_updated_at_id", "user_id", "updated_at", "id"),

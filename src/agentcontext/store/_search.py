@@ -56,19 +56,20 @@ class SearchMixin(SnapshotsMixin):
         if wanted_roles is not None:
             scope = and_(scope, M.c.name.in_(wanted_roles)) if wanted_roles else ~true()
         async with self._tx() as conn:
-            if chat_id is not None:
-                await self._require_chat(conn, chat_id)
-            if not terms:
-                return []
-            statement = self._dialect.search(terms, scope=scope, limit=checked_limit)
-            rows = (await conn.execute(statement)).all()
+            rows = []
+            if terms:
+                statement = self._dialect.search(terms, scope=scope, limit=checked_limit)
+                rows = list((await conn.execute(statement)).all())
+            if not rows and chat_id is not None:
+                await self._require_chat(conn, chat_id)  # an unknown chat is an error
+        native = self._dialect.native_snippets
         return [
             _rows.build(
                 SearchResult,
                 {
                     "message": _rows.message(row),
                     "rank": float(row[7]),
-                    "snippet": _text.snippet(row[8], terms),
+                    "snippet": row[8] if native else _text.snippet(row[8], terms),
                 },
             )
             for row in rows

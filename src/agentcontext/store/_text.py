@@ -8,6 +8,7 @@ keys. Data of any other shape contributes its string values (not its keys).
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from typing import Any
 
@@ -28,41 +29,56 @@ def plain_terms(query: str) -> list[str]:
     return _WORD.findall(query)
 
 
+@functools.lru_cache(maxsize=256)
+def _hit_pattern(terms: tuple[str, ...]) -> re.Pattern[str]:
+    alternatives = "|".join(re.escape(term) for term in sorted(terms, key=len, reverse=True))
+    return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", re.IGNORECASE)
+
+
 def snippet(text: str, terms: list[str], *, words: int = SNIPPET_WORDS) -> str:
     """A window of about ``words`` words of ``text`` around the hits, hits in ``<mark>``.
 
-    The same function makes the snippets on every backend, so they read the same.
+    The same function makes the snippets on every backend, so they read the same. Only a
+    stretch of text around the first hit is looked at, so long messages cost no more.
     """
-    wanted = {term.casefold() for term in terms}
-    tokens = list(_WORD.finditer(text))
+    if not text:
+        return ""
+    pattern = _hit_pattern(tuple(sorted({term.casefold() for term in terms}))) if terms else None
+    first = pattern.search(text) if pattern is not None else None
+    # Words are at most a few dozen characters: this stretch holds the window and its hits.
+    reach = words * 40
+    lo = 0 if first is None else max(0, first.start() - reach // 2)
+    hi = min(len(text), lo + 2 * reach)
+    tokens = list(_WORD.finditer(text, lo, hi))
+    if lo > 0 and tokens and tokens[0].start() == lo:
+        tokens = tokens[1:]  # may be a word cut in half
+    if hi < len(text) and tokens and tokens[-1].end() == hi:
+        tokens = tokens[:-1]
     if not tokens:
         return text[: words * 8]
-    hits = [i for i, token in enumerate(tokens) if token.group().casefold() in wanted]
-    if not hits:
-        first = 0
-    else:
+    starts = [token.start() for token in tokens]
+    hits = (
+        [bisect.bisect_left(starts, hit.start()) for hit in pattern.finditer(text, lo, hi)]
+        if pattern is not None
+        else []
+    )
+    begin = 0
+    if hits:
         # The window starting at a hit that covers the most hits (the earliest on ties).
         best, best_count = hits[0], 0
         for index, start in enumerate(hits):
             count = bisect.bisect_left(hits, start + words) - index
             if count > best_count:
                 best, best_count = start, count
-        first = max(0, min(best - words // 4, len(tokens) - words))
-    last = min(len(tokens), first + words)
-    pieces: list[str] = []
-    cursor = tokens[first].start()
-    for token in tokens[first:last]:
-        pieces.append(text[cursor : token.start()])
-        if token.group().casefold() in wanted:
-            pieces.append(f"{MARK_OPEN}{token.group()}{MARK_CLOSE}")
-        else:
-            pieces.append(token.group())
-        cursor = token.end()
-    end = len(text) if last == len(tokens) else cursor
-    pieces.append(text[cursor:end])
-    body = " ".join("".join(pieces).split())
-    prefix = "…" if first > 0 else ""
-    suffix = "…" if last < len(tokens) else ""
+        begin = max(0, min(best - words // 4, len(tokens) - words))
+    last = min(len(tokens), begin + words)
+    at_end = last == len(tokens) and hi == len(text)
+    window = text[tokens[begin].start() : len(text) if at_end else tokens[last - 1].end()]
+    if pattern is not None:
+        window = pattern.sub(lambda hit: f"{MARK_OPEN}{hit.group()}{MARK_CLOSE}", window)
+    body = " ".join(window.split())
+    prefix = "…" if text[: tokens[begin].start()].strip() else ""
+    suffix = "" if at_end else "…"
     return f"{prefix}{body}{suffix}"
 
 
