@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Integer,
     Select,
     Table,
     and_,
@@ -110,37 +111,40 @@ class Dialect:
             )
         return and_(*clauses)
 
-    def search(
-        self,
-        terms: Sequence[str],
-        *,
-        scope: ColumnElement[bool],
-        limit: int,
-    ) -> Select[Any]:
+    def search_value(self, terms: Sequence[str]) -> str:
+        """The bound value of ``:search_query`` for plain words (every one must occur)."""
+        if self.is_sqlite:
+            # Each word quoted: FTS5 operators, columns and prefixes become plain text.
+            return " ".join('"' + term.replace('"', '""') + '"' for term in terms)
+        return " ".join(terms)  # plainto_tsquery ignores every operator
+
+    def search(self, scope: ColumnElement[bool]) -> Select[Any]:
         """A ranked full-text query over ``messages`` restricted by ``scope``.
 
-        Every term must occur as a whole word (case-insensitive). Selects the message columns,
-        ``rank`` (higher is better on both backends) and the snippet: SQLite's FTS5 makes it in
-        C (16 tokens around the hits, hits in ``<mark>``); on PostgreSQL the column is the
-        indexed text and :func:`agentcontext.store._text.snippet` cuts the same shape from it
+        Parameters: ``search_query`` (see :meth:`search_value`) and ``search_limit``. Selects
+        the message columns, ``rank`` (higher is better on both backends) and the snippet:
+        SQLite's FTS5 makes it in C (16 tokens around the hits, hits in ``<mark>``); on
+        PostgreSQL the column is the indexed text and
+        :func:`agentcontext.store._text.snippet` cuts the same shape from it
         (``ts_headline`` is no faster and centres its fragments poorly).
         """
         m = s.messages
         cols = [m.c.id, m.c.chat_id, m.c.parent_id, m.c.name, m.c.type, m.c.data, m.c.created_at]
+        query_text: Any = bindparam("search_query")
+        limit = bindparam("search_limit", type_=Integer())
         if self.is_sqlite:
             fts = table("messages_fts", column("rowid"))
             fts_ref: ColumnElement[Any] = literal_column("messages_fts")
-            match = " ".join('"' + term.replace('"', '""') + '"' for term in terms)
             rank = (-func.bm25(fts_ref)).label("rank")
             snippet = func.snippet(fts_ref, 0, "<mark>", "</mark>", "…", 16)
             return (
                 select(*cols, rank, snippet)
                 .select_from(m.join(fts, m.c.seq == fts.c.rowid))
-                .where(fts_ref.op("MATCH")(bindparam("fts_query", match)), scope)
+                .where(fts_ref.op("MATCH")(query_text), scope)
                 .order_by(rank.desc(), m.c.seq.desc())
                 .limit(limit)
             )
-        query = func.plainto_tsquery(literal_column("'simple'"), " ".join(terms))
+        query = func.plainto_tsquery(literal_column("'simple'"), query_text)
         vector = func.to_tsvector(literal_column("'simple'"), m.c.search_text)
         rank = func.ts_rank(vector, query).label("rank")
         return (

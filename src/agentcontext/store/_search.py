@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, and_, select, true
+from sqlalchemy import and_, bindparam, select
 
 from agentcontext import _validate as v
 from agentcontext.store import _rows, _text
@@ -12,6 +13,9 @@ from agentcontext.store._schema import chats as C
 from agentcontext.store._schema import messages as M
 from agentcontext.store._snapshots import SnapshotsMixin
 from agentcontext.store.records import Graph, GraphNode, SearchResult
+
+_SEARCHES: dict[tuple[str, str, bool], Any] = {}
+"""Search statements by dialect, scope and whether roles filter."""
 
 
 class SearchMixin(SnapshotsMixin):
@@ -26,7 +30,7 @@ class SearchMixin(SnapshotsMixin):
         limit: int = 20,
     ) -> list[SearchResult]:
         v.check_id(chat_id, "chat_id")
-        return await self._search(M.c.chat_id == chat_id, query, roles, limit, chat_id=chat_id)
+        return await self._search("chat", chat_id, query, roles, limit)
 
     async def search_user_messages(
         self,
@@ -37,31 +41,49 @@ class SearchMixin(SnapshotsMixin):
         limit: int = 20,
     ) -> list[SearchResult]:
         v.check_id(user_id, "user_id")
-        scope = M.c.chat_id.in_(select(C.c.id).where(C.c.user_id == user_id))
-        return await self._search(scope, query, roles, limit)
+        return await self._search("user", user_id, query, roles, limit)
+
+    def _search_statement(self, scope: Literal["chat", "user"], with_roles: bool) -> Any:
+        """The search query for a scope, built once per dialect and shape."""
+        key = (self._dialect.name, scope, with_roles)
+        statement = _SEARCHES.get(key)
+        if statement is None:
+            where = (
+                M.c.chat_id == bindparam("scope_id")
+                if scope == "chat"
+                else M.c.chat_id.in_(select(C.c.id).where(C.c.user_id == bindparam("scope_id")))
+            )
+            if with_roles:
+                where = and_(where, M.c.name.in_(bindparam("roles", expanding=True)))
+            statement = _SEARCHES[key] = self._dialect.search(where)
+        return statement
 
     async def _search(
         self,
-        scope: ColumnElement[bool],
+        scope: Literal["chat", "user"],
+        scope_id: str,
         query: object,
         roles: object,
         limit: object,
-        *,
-        chat_id: str | None = None,
     ) -> list[SearchResult]:
         text = v.check_text(query, "query")
         wanted_roles = None if roles is None else v.check_str_list(roles, "roles")
         checked_limit = v.check_int(limit, "limit", minimum=1)
         terms = _text.plain_terms(text)
-        if wanted_roles is not None:
-            scope = and_(scope, M.c.name.in_(wanted_roles)) if wanted_roles else ~true()
+        params: dict[str, Any] = {
+            "scope_id": scope_id,
+            "search_query": self._dialect.search_value(terms),
+            "search_limit": checked_limit,
+        }
+        if wanted_roles:
+            params["roles"] = wanted_roles
         async with self._tx() as conn:
-            rows = []
-            if terms:
-                statement = self._dialect.search(terms, scope=scope, limit=checked_limit)
-                rows = list((await conn.execute(statement)).all())
-            if not rows and chat_id is not None:
-                await self._require_chat(conn, chat_id)  # an unknown chat is an error
+            rows: list[Any] = []
+            if terms and wanted_roles != []:
+                statement = self._search_statement(scope, bool(wanted_roles))
+                rows = list((await conn.execute(statement, params)).all())
+            if not rows and scope == "chat":
+                await self._require_chat(conn, scope_id)  # an unknown chat is an error
         native = self._dialect.native_snippets
         return [
             _rows.build(
