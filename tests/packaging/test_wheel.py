@@ -105,3 +105,26 @@ def test_wheel_migrates_an_empty_postgres_database(installed: Path, tmp_path: Pa
             "1",
             "postgresql",
         ]
+
+
+def test_installed_console_script_runs_demo_and_migrate(installed: Path, tmp_path: Path) -> None:
+    script = installed.parent / "agentcontext"
+    env = {"PATH": f"{installed.parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(script), *args], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
+        )
+
+    demo = run("demo")
+    assert demo.returncode == 0, demo.stderr
+    for expected in ("main-v2", "<role>", "as TOML", "as TOON", "Estimate for gpt-4o"):
+        assert expected in demo.stdout
+    url = f"sqlite+aiosqlite:///{tmp_path / 'fresh.db'}"
+    assert run("migrate", "current", "--url", url).stdout.strip().endswith("empty")
+    check = run("migrate", "check", "--url", url)
+    assert check.returncode == 4
+    assert "agentcontext migrate upgrade" in check.stdout + check.stderr
+    assert run("migrate", "upgrade", "--url", url).returncode == 0
+    assert run("migrate", "check", "--url", url).returncode == 0
+    assert run("--help").returncode == 0
