@@ -124,7 +124,7 @@ def test_installed_console_script_runs_demo_and_migrate(installed: Path, tmp_pat
     assert run("migrate", "current", "--url", url).stdout.strip().endswith("empty")
     check = run("migrate", "check", "--url", url)
     assert check.returncode == 4
-    assert "agentcontext migrate upgrade" in check.stdout + check.stderr
+    assert "migrate upgrade" in check.stdout + check.stderr
     assert run("migrate", "upgrade", "--url", url).returncode == 0
     assert run("migrate", "check", "--url", url).returncode == 0
     assert run("--help").returncode == 0
