@@ -1,4 +1,4 @@
-"""Developer sessions: ``nox -s tests lint typecheck migrations docs bench``."""
+"""Developer sessions: ``nox -s tests lint typecheck migrations docs bench model``."""
 
 from __future__ import annotations
 
@@ -60,3 +60,17 @@ def bench(session: nox.Session) -> None:
     for script in sorted(os.listdir("benchmarks")):
         if script.startswith("bench_") and script.endswith(".py"):
             session.run("python", f"benchmarks/{script}")
+
+
+@nox.session
+def model(session: nox.Session) -> None:
+    """The model-checked graph with more examples: ``nox -s model -- 2000`` (default 2000)."""
+    session.install("-e", ".[test]")
+    examples = session.posargs[0] if session.posargs else "2000"
+    session.run(
+        "pytest", "tests/reliability/test_model.py", "-k", "matches_the_model",
+        env={
+            "AGENTCONTEXT_TEST_POSTGRES_URL": PG_URL,
+            "AGENTCONTEXT_MODEL_EXAMPLES": examples,
+        },
+    )

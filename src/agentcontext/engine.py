@@ -843,10 +843,14 @@ class ContextEngine:
             new_ids = [r.id for r in records if r.id not in known]
             try:
                 if not new_ids:
-                    # branch=False and only in-place updates: the head does not move.
+                    # branch=False and only in-place updates: the head does not move, but
+                    # another writer may have moved it since this engine last looked.
                     await self._store.add_messages(records)
                     self._apply_updates(records, messages)
-                    return SaveResult(head_message_id=self.head_message_id)
+                    state = await self._store.get_branch_state(self._branch.id)
+                    if state is None:
+                        raise self._deleted_error()
+                    return SaveResult(head_message_id=state.branch.head_message_id)
                 result = await self._store.append_messages(
                     self._branch.id,
                     records,
@@ -862,7 +866,7 @@ class ContextEngine:
                 await asyncio.sleep(0.05 * (attempt + 1))
                 continue
             if result.ok:
-                await self._after_append(records, messages, result.version, expected)
+                await self._after_append(records, messages, result.version, expected, known)
                 return SaveResult(head_message_id=result.head_message_id)
             if (ambiguous or result.existing) and await self._already_applied(
                 [r for r in records if r.id not in known], result.head_message_id
@@ -934,6 +938,7 @@ class ContextEngine:
         messages: list[Message],
         version: int,
         expected: str | None,
+        updates: builtins.set[str],
     ) -> None:
         chain = self._chain
         if chain.version is None or chain.head != expected:
@@ -944,28 +949,39 @@ class ContextEngine:
         for record, message in zip(records, messages, strict=True):
             if record.id in chain.index:
                 chain.replace(record, message)
-            else:
+            elif record.id not in updates:
                 chain.append(record, message)
+            # else: an in-place update of a message off this branch; the chain is unchanged.
         if caught_up:
             chain.version = version
         # Otherwise keep the older version: the next sync fetches what others wrote since.
 
     async def _fork_for_update(self, messages: list[Message], existing_id: str) -> SaveResult:
-        """branch=True and a pending id exists: a new branch from its parent, fresh ids."""
+        """branch=True and a pending id exists: a new branch from its parent, fresh ids.
+
+        The fork starts at the parent of the turn's *first* message that exists, which may
+        come before ``existing_id`` (stored off the cached chain, say by another engine);
+        that message and every one after it get fresh ids, so no stored message is written
+        over.
+        """
         assert self._branch is not None
-        existing = await self._store.get_message(existing_id)
+        existing: MessageRecord | None = None
+        for message in messages:
+            existing = await self._store.get_message(message.id)
+            if existing is not None or message.id == existing_id:
+                break
         if existing is None:  # deleted meanwhile; not possible through the engine
             raise MessageNotFoundError(f"message {existing_id!r} does not exist")
         if existing.chat_id != self._chat_id:
             raise InvalidGraphError(
-                f"message id {existing_id!r} is used in another chat; message ids are global, "
+                f"message id {existing.id!r} is used in another chat; message ids are global, "
                 "give the message a new id"
             )
         start = existing.parent_id
         renamed: list[Message] = []
         seen_existing = False
         for message in messages:
-            if message.id == existing_id or seen_existing or message.id in self._chain.index:
+            if message.id == existing.id or seen_existing or message.id in self._chain.index:
                 seen_existing = True
                 message = message.model_copy(update={"id": new_message_id()})
             renamed.append(message)
@@ -1007,11 +1023,15 @@ class ContextEngine:
         queued = len(self._pending)
         self.set(user_fragment, assistant(Message(id=placeholder, role="assistant", parts=[])))
         try:
-            await self.save()
+            result = await self.save()
         except BaseException:
             # All or nothing: the queue is as before, so calling begin_turn() again is safe.
             del self._pending[queued:]
             raise
+        if placeholder not in self._chain.index and result.head_message_id is not None:
+            # The user message's id existed: save() forked a new branch and stored the turn
+            # there under fresh ids; the placeholder, its last message, is the new head.
+            placeholder = result.head_message_id
         self._turn = placeholder
         return placeholder
 

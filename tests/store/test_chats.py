@@ -230,8 +230,10 @@ async def test_message_counts_follow_every_write_path(store: SqlContextStore) ->
     )
     assert await count() == 5
     await store.append_messages(  # the general path: an in-place update allowed
-        main.id, [rec("m2", "c", "m1", "again"), rec("z", "c", "m2")],
-        expected_head="m2", updates=["m2"],
+        main.id,
+        [rec("m2", "c", "m1", "again"), rec("z", "c", "m2")],
+        expected_head="m2",
+        updates=["m2"],
     )
     assert await count() == 6
     with pytest.raises(errors.MessageNotFoundError):
