@@ -238,6 +238,24 @@ async def test_the_store_closes_only_an_engine_it_created(tmp_path: Path) -> Non
         await store.list_chats()
 
 
+async def test_sqlite_synchronous_option(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'sync.db'}"
+    for option, pragma in ((None, 1), ("normal", 1), ("full", 2), ("FULL", 2)):
+        options = {} if option is None else {"sqlite_synchronous": option}
+        async with SqlContextStore(url, **options) as store:
+            await store.upsert_chat("c", user_id="u")
+            async with store.engine.connect() as conn:
+                assert await conn.scalar(text("PRAGMA synchronous")) == pragma
+            # The driver-level append path uses the same setting.
+            appender = store._appender
+            assert appender is not None
+            assert appender._synchronous == ("NORMAL" if option is None else option.upper())
+            await store.add_messages(chain("c", 2, prefix=f"{option}-"))
+    for bad in ("off", "extra", 2, None):
+        with pytest.raises(errors.InvalidInputError, match="sqlite_synchronous"):
+            SqlContextStore(url, sqlite_synchronous=bad)
+
+
 async def test_bad_urls_are_named() -> None:
     with pytest.raises(errors.InvalidInputError, match="SQLite and PostgreSQL"):
         SqlContextStore("mysql+aiomysql://root@localhost/db")

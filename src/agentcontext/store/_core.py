@@ -34,6 +34,7 @@ from agentcontext.store._dialect import (
     is_connection_error,
     is_memory_sqlite,
     postgres_driver_args,
+    sqlite_synchronous,
 )
 from agentcontext.store._fastpath import PostgresAppender, SqliteAppender
 from agentcontext.store._schema import branches as B
@@ -128,6 +129,7 @@ class SqlCore(ContextStore):
             raise InvalidInputError(f"migrate must be 'auto' or False, got {migrate!r}")
         self._migrate_mode: MigrateMode = migrate
         busy_timeout = 30.0
+        synchronous = "NORMAL"
         postgres_connect_args: dict[str, Any] = {"timeout": 10.0}
         if isinstance(url_or_engine, AsyncEngine):
             if engine_options:
@@ -148,6 +150,7 @@ class SqlCore(ContextStore):
                     "sqlite+aiosqlite:///chat.db or postgresql+asyncpg://user@host/db"
                 ) from None
             busy_timeout = float(engine_options.get("sqlite_busy_timeout", busy_timeout))
+            synchronous = sqlite_synchronous(engine_options.get("sqlite_synchronous", "normal"))
             self._engine = create_engine(url, **engine_options)
             postgres_connect_args = postgres_driver_args(url, engine_options)
             self._owns_engine = True
@@ -172,7 +175,7 @@ class SqlCore(ContextStore):
         # in-memory database, whose one shared connection only SQLAlchemy may use.
         self._appender: SqliteAppender | PostgresAppender | None = None
         if self._dialect.is_sqlite and not self._memory and url_.database:
-            self._appender = SqliteAppender(url_.database, busy_timeout)
+            self._appender = SqliteAppender(url_.database, busy_timeout, synchronous)
         elif not self._dialect.is_sqlite:
             _args, connect_kwargs = self._engine.dialect.create_connect_args(url_)
             connect_kwargs.update(postgres_connect_args)

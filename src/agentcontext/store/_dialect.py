@@ -249,7 +249,8 @@ def create_engine(url: str | URL, **options: Any) -> AsyncEngine:
     """Create an async engine configured for agentcontext.
 
     SQLite (aiosqlite): WAL journal, ``foreign_keys=ON``, a busy timeout
-    (``sqlite_busy_timeout`` seconds, default 30), ``synchronous=NORMAL``, and transactions that
+    (``sqlite_busy_timeout`` seconds, default 30), ``synchronous=NORMAL`` (``sqlite_synchronous=
+    "full"`` syncs every commit to disk before it returns), and transactions that
     begin ``IMMEDIATE`` when they will write, so a read-then-write transaction never fails with
     "database is locked". In-memory databases share one connection.
 
@@ -270,6 +271,7 @@ def create_engine(url: str | URL, **options: Any) -> AsyncEngine:
                 f"(got {parsed.drivername})"
             )
         busy_timeout = float(options.pop("sqlite_busy_timeout", 30.0))
+        synchronous = sqlite_synchronous(options.pop("sqlite_synchronous", "normal"))
         connect_args = dict(options.pop("connect_args", {}))
         connect_args.setdefault("timeout", busy_timeout)
         memory = is_memory_sqlite(parsed)
@@ -277,7 +279,7 @@ def create_engine(url: str | URL, **options: Any) -> AsyncEngine:
             options.setdefault("poolclass", StaticPool)
             connect_args.setdefault("check_same_thread", False)
         engine = create_async_engine(parsed, connect_args=connect_args, **options)
-        install_sqlite_hooks(engine)
+        install_sqlite_hooks(engine, synchronous)
         return engine
     if backend == "postgresql":
         if parsed.get_driver_name() != "asyncpg":
@@ -325,7 +327,25 @@ def _unique_statement_name() -> str:
     return f"__agentcontext_{uuid.uuid4().hex}__"
 
 
-def install_sqlite_hooks(engine: AsyncEngine) -> None:
+SQLITE_SYNCHRONOUS = {
+    "NORMAL": "PRAGMA synchronous = NORMAL",
+    "FULL": "PRAGMA synchronous = FULL",
+}
+"""The ``sqlite_synchronous`` settings and their statements (a fixed set, never formatted)."""
+
+
+def sqlite_synchronous(value: object) -> str:
+    """Check the ``sqlite_synchronous`` option and return its PRAGMA value."""
+    if not isinstance(value, str) or value.lower() not in ("normal", "full"):
+        raise InvalidInputError(
+            f"sqlite_synchronous must be 'normal' (the default: a killed process loses "
+            f"nothing, a power cut may lose the last commits) or 'full' (every commit is on "
+            f"disk before it returns), got {value!r}"
+        )
+    return value.upper()
+
+
+def install_sqlite_hooks(engine: AsyncEngine, synchronous: str = "NORMAL") -> None:
     """Install the SQLite connection pragmas and the BEGIN / BEGIN IMMEDIATE hook (once)."""
     sync_engine = engine.sync_engine
     if sync_engine.__dict__.get("_agentcontext_hooks"):
@@ -342,7 +362,7 @@ def install_sqlite_hooks(engine: AsyncEngine) -> None:
         try:
             if not memory:
                 cursor.execute("PRAGMA journal_mode = WAL")
-                cursor.execute("PRAGMA synchronous = NORMAL")
+                cursor.execute(SQLITE_SYNCHRONOUS[synchronous])
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
             cursor.close()
@@ -359,6 +379,8 @@ __all__ = [
     "create_engine",
     "dialect_for",
     "is_connection_error",
+    "SQLITE_SYNCHRONOUS",
     "install_sqlite_hooks",
+    "sqlite_synchronous",
     "is_memory_sqlite",
 ]

@@ -32,6 +32,7 @@ from typing import Any
 from agentcontext._validate import dumps
 from agentcontext.errors import BranchNotFoundError, ChatNotFoundError
 from agentcontext.store import _text
+from agentcontext.store._dialect import SQLITE_SYNCHRONOUS
 from agentcontext.store.base import AppendResult
 from agentcontext.store.records import MessageRecord, utcnow
 
@@ -112,9 +113,10 @@ _SQLITE_HEAD = "SELECT chat_id, head_message_id FROM branches WHERE id = ?"
 class SqliteAppender:
     """Runs the append transaction on its own connection, in one writer thread."""
 
-    def __init__(self, path: str, busy_timeout: float) -> None:
+    def __init__(self, path: str, busy_timeout: float, synchronous: str = "NORMAL") -> None:
         self._path = path
         self._busy_timeout = busy_timeout
+        self._synchronous = synchronous
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentcontext")
         self._conn: sqlite3.Connection | None = None
 
@@ -127,7 +129,7 @@ class SqliteAppender:
                 check_same_thread=False,
             )
             conn.execute("PRAGMA foreign_keys = ON")
-            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute(SQLITE_SYNCHRONOUS[self._synchronous])
             self._conn = conn
         return self._conn
 

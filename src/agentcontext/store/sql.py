@@ -27,8 +27,10 @@ class SqlContextStore(ChatsMixin, TransferMixin):
             safely when several processes start at once; ``False`` only checks it and raises
             :class:`~agentcontext.SchemaOutdatedError` naming the command to run.
         **engine_options: passed to ``create_async_engine``. Extra options:
-            ``sqlite_busy_timeout`` (seconds, default 30) and ``postgres_connect_timeout``
-            (seconds, default 10).
+            ``sqlite_busy_timeout`` (seconds, default 30), ``sqlite_synchronous`` (``"normal"``,
+            the default, or ``"full"`` to sync every commit to disk before it returns),
+            ``postgres_connect_timeout`` (seconds, default 10) and ``pgbouncer`` (``True``
+            behind PgBouncer in transaction pooling mode).
 
     Use it as an async context manager, or call :meth:`initialize` and :meth:`close`::
 
