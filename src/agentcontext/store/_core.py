@@ -36,7 +36,7 @@ from agentcontext.store._dialect import (
     postgres_driver_args,
     sqlite_synchronous,
 )
-from agentcontext.store._fastpath import PostgresAppender, SqliteAppender
+from agentcontext.store._fastpath import PostgresAppender, RawQuery, SqliteAppender, SqliteReader
 from agentcontext.store._schema import branches as B
 from agentcontext.store._schema import chats as C
 from agentcontext.store._schema import checkpoints as K
@@ -174,12 +174,14 @@ class SqlCore(ContextStore):
         # The driver-level path for the hottest write (appending messages); None for an
         # in-memory database, whose one shared connection only SQLAlchemy may use.
         self._appender: SqliteAppender | PostgresAppender | None = None
+        self._reader: SqliteReader | PostgresAppender | None = None
         if self._dialect.is_sqlite and not self._memory and url_.database:
             self._appender = SqliteAppender(url_.database, busy_timeout, synchronous)
+            self._reader = SqliteReader(url_.database, busy_timeout)
         elif not self._dialect.is_sqlite:
             _args, connect_kwargs = self._engine.dialect.create_connect_args(url_)
             connect_kwargs.update(postgres_connect_args)
-            self._appender = PostgresAppender(dict(connect_kwargs))
+            self._appender = self._reader = PostgresAppender(dict(connect_kwargs))
 
     # --- properties -------------------------------------------------------------------------
 
@@ -256,6 +258,8 @@ class SqlCore(ContextStore):
         self._closed = True
         if self._appender is not None:
             await self._appender.close()
+        if self._reader is not None and self._reader is not self._appender:
+            await self._reader.close()
         if self._owns_engine:
             await self._engine.dispose()
 
@@ -300,6 +304,22 @@ class SqlCore(ContextStore):
                 "new file or restore this one from a backup"
             )
         return StoreError(f"database error on {self.url}: {message}")
+
+    async def _fetch_raw(self, query: RawQuery, params: dict[str, Any]) -> list[Any] | None:
+        """Rows of one read statement through the driver-level path, or None when the store
+        has none (an in-memory database: its one connection belongs to SQLAlchemy)."""
+        if self._reader is None:
+            return None
+        if not self._initialized:
+            await self.initialize()
+        if self._closed:
+            raise StoreError("this store is closed; create a new one")
+        try:
+            return await self._reader.fetch(query, params)
+        except ContextError:
+            raise
+        except Exception as exc:
+            raise self._translate(exc) from exc
 
     async def _lock_chat(self, conn: AsyncConnection, chat_id: str) -> Chat:
         """Lock the chat row for this transaction (PostgreSQL; SQLite holds the write lock)."""

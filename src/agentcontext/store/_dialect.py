@@ -20,6 +20,7 @@ from sqlalchemy import (
     Connection,
     Integer,
     Select,
+    String,
     Table,
     and_,
     bindparam,
@@ -110,6 +111,21 @@ class Dialect:
                 )
             )
         return and_(*clauses)
+
+    def roles_filter(self, column_: ColumnElement[Any]) -> ColumnElement[bool]:
+        """``column_`` is one of the roles bound as ``:roles`` (see :meth:`roles_value`).
+
+        One bound value, not one per role, so a statement compiles once whatever the number
+        of roles: a JSON array read by ``json_each`` on SQLite, an array on PostgreSQL.
+        """
+        if self.is_sqlite:
+            each = func.json_each(bindparam("roles")).table_valued("value")
+            return column_.in_(select(each.c.value))
+        return column_ == func.any(bindparam("roles", type_=postgresql.ARRAY(String())))
+
+    def roles_value(self, roles: Sequence[str]) -> Any:
+        """The bound value of ``:roles`` for :meth:`roles_filter`."""
+        return dumps(list(roles)) if self.is_sqlite else list(roles)
 
     def search_value(self, terms: Sequence[str]) -> str:
         """The bound value of ``:search_query`` for plain words (every one must occur)."""

@@ -17,6 +17,10 @@ caller takes the general path, which names the problem precisely.
   transaction (one thread hand-off instead of about fifteen).
 - PostgreSQL: one statement (data-modifying common table expressions) on a connection of a
   small asyncpg pool: one round trip, atomic without an explicit transaction.
+
+Hot reads that are one statement (search) take the same road: :class:`RawQuery` is the SQL
+SQLAlchemy compiled for the statement, run by :class:`SqliteReader` (one hand-off to a reader
+thread with its own connection) or on the asyncpg pool (one round trip).
 """
 
 from __future__ import annotations
@@ -36,7 +40,15 @@ from agentcontext.store._dialect import SQLITE_SYNCHRONOUS
 from agentcontext.store.base import AppendResult
 from agentcontext.store.records import MessageRecord, utcnow
 
-__all__ = ["NewMessage", "PostgresAppender", "SlowPath", "SqliteAppender", "plan"]
+__all__ = [
+    "NewMessage",
+    "PostgresAppender",
+    "RawQuery",
+    "SlowPath",
+    "SqliteAppender",
+    "SqliteReader",
+    "plan",
+]
 
 
 class SlowPath(Exception):
@@ -108,6 +120,73 @@ _SQLITE_MOVE = (
     "WHERE id = ? AND chat_id = ? AND head_message_id IS ? RETURNING id"
 )
 _SQLITE_HEAD = "SELECT chat_id, head_message_id FROM branches WHERE id = ?"
+
+
+@dataclass(frozen=True)
+class RawQuery:
+    """The SQL of a read statement as its dialect compiles it, to run on the bare driver.
+
+    Compiled once; :meth:`args` orders a call's parameters (merged over the values fixed in
+    the statement, such as a function's constant arguments) as the SQL's placeholders expect.
+    """
+
+    sql: str
+    names: tuple[str, ...]
+    fixed: dict[str, Any]
+
+    @classmethod
+    def of(cls, statement: Any, dialect: Any) -> RawQuery:
+        compiled = statement.compile(dialect=dialect)
+        return cls(compiled.string, tuple(compiled.positiontup or ()), dict(compiled.params))
+
+    def args(self, params: dict[str, Any]) -> list[Any]:
+        merged = {**self.fixed, **params}
+        return [merged[name] for name in self.names]
+
+
+class SqliteReader:
+    """Runs single read statements on its own connection, in one reader thread.
+
+    A lone SELECT is its own transaction, reading one consistent snapshot (WAL); the reader
+    never writes (``PRAGMA query_only``), so it never waits for the write lock.
+    """
+
+    def __init__(self, path: str, busy_timeout: float) -> None:
+        self._path = path
+        self._busy_timeout = busy_timeout
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentcontext-r")
+        self._conn: sqlite3.Connection | None = None
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(
+                self._path,
+                timeout=self._busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute("PRAGMA query_only = ON")
+            self._conn = conn
+        return self._conn
+
+    def _fetch(self, sql: str, args: list[Any]) -> list[Any]:
+        return self._connection().execute(sql, args).fetchall()
+
+    async def fetch(self, query: RawQuery, params: dict[str, Any]) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, self._fetch, query.sql, query.args(params)
+        )
+
+    async def close(self) -> None:
+        def shut() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, shut)
+        self._executor.shutdown(wait=True)
 
 
 class SqliteAppender:
@@ -347,6 +426,22 @@ class PostgresAppender:
                 if current[2] is None:
                     raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
                 raise BranchNotFoundError(f"chat {chat_id!r} has no branch with id {branch_id!r}")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def fetch(self, query: RawQuery, params: dict[str, Any]) -> list[Any]:
+        """Run one read statement: one round trip. A read is safe to retry once on a fresh
+        connection when a pooled one turns out to be dead."""
+        import asyncpg
+
+        pool = await self._get_pool()
+        args = query.args(params)
+        for attempt in range(2):
+            async with pool.acquire() as raw:
+                try:
+                    return list(await raw.fetch(query.sql, *args))
+                except (asyncpg.ConnectionDoesNotExistError, OSError):
+                    if attempt:
+                        raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def close(self) -> None:

@@ -11,6 +11,8 @@ allocating one per record cost more than the rest of the record.
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -64,6 +66,27 @@ def message_of(
     _setattr(obj, "__pydantic_extra__", None)
     _setattr(obj, "__pydantic_private__", None)
     return obj
+
+
+def decode_message_row(row: Any, sqlite: bool) -> tuple[Any, ...]:
+    """A raw driver row (id, chat_id, parent_id, name, type, data, created_at, ...) with its
+    JSON data decoded and its time parsed, as SQLAlchemy's column types would."""
+    created = row[6]
+    if sqlite:
+        created = datetime.fromisoformat(created)
+    elif created.tzinfo is not UTC:
+        created = created.astimezone(UTC)
+    data = row[5]
+    return (
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        None if data is None else json.loads(data),
+        created,
+        *row[7:],
+    )
 
 
 def message(row: Any) -> MessageRecord:

@@ -9,13 +9,14 @@ from sqlalchemy import and_, bindparam, select
 
 from agentcontext import _validate as v
 from agentcontext.store import _rows, _text
+from agentcontext.store._fastpath import RawQuery
 from agentcontext.store._schema import chats as C
 from agentcontext.store._schema import messages as M
 from agentcontext.store._snapshots import SnapshotsMixin
 from agentcontext.store.records import Graph, GraphNode, SearchResult
 
-_SEARCHES: dict[tuple[str, str, bool], Any] = {}
-"""Search statements by dialect, scope and whether roles filter."""
+_SEARCHES: dict[tuple[str, str, bool], tuple[Any, RawQuery]] = {}
+"""Search statements (and their compiled SQL) by dialect, scope and whether roles filter."""
 
 
 class SearchMixin(SnapshotsMixin):
@@ -43,20 +44,23 @@ class SearchMixin(SnapshotsMixin):
         v.check_id(user_id, "user_id")
         return await self._search("user", user_id, query, roles, limit)
 
-    def _search_statement(self, scope: Literal["chat", "user"], with_roles: bool) -> Any:
-        """The search query for a scope, built once per dialect and shape."""
+    def _search_statement(
+        self, scope: Literal["chat", "user"], with_roles: bool
+    ) -> tuple[Any, RawQuery]:
+        """The search query for a scope, built and compiled once per dialect and shape."""
         key = (self._dialect.name, scope, with_roles)
-        statement = _SEARCHES.get(key)
-        if statement is None:
+        found = _SEARCHES.get(key)
+        if found is None:
             where = (
                 M.c.chat_id == bindparam("scope_id")
                 if scope == "chat"
                 else M.c.chat_id.in_(select(C.c.id).where(C.c.user_id == bindparam("scope_id")))
             )
             if with_roles:
-                where = and_(where, M.c.name.in_(bindparam("roles", expanding=True)))
-            statement = _SEARCHES[key] = self._dialect.search(where)
-        return statement
+                where = and_(where, self._dialect.roles_filter(M.c.name))
+            statement = self._dialect.search(where)
+            found = _SEARCHES[key] = (statement, RawQuery.of(statement, self._engine.dialect))
+        return found
 
     async def _search(
         self,
@@ -76,13 +80,20 @@ class SearchMixin(SnapshotsMixin):
             "search_limit": checked_limit,
         }
         if wanted_roles:
-            params["roles"] = wanted_roles
-        async with self._tx() as conn:
-            rows: list[Any] = []
-            if terms and wanted_roles != []:
-                statement = self._search_statement(scope, bool(wanted_roles))
-                rows = list((await conn.execute(statement, params)).all())
-            if not rows and scope == "chat":
+            params["roles"] = self._dialect.roles_value(wanted_roles)
+        rows: list[Any] = []
+        if terms and wanted_roles != []:
+            statement, raw = self._search_statement(scope, bool(wanted_roles))
+            # One read statement: the driver-level path (one thread hand-off on SQLite, one
+            # round trip on PostgreSQL) returns raw rows, decoded below.
+            fetched = await self._fetch_raw(raw, params)
+            if fetched is None:
+                async with self._tx() as conn:
+                    rows = list((await conn.execute(statement, params)).all())
+            else:
+                rows = [_rows.decode_message_row(row, self._dialect.is_sqlite) for row in fetched]
+        if not rows and scope == "chat":
+            async with self._tx() as conn:
                 await self._require_chat(conn, scope_id)  # an unknown chat is an error
         native = self._dialect.native_snippets
         return [
