@@ -14,19 +14,19 @@ Two plans, chosen per call:
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import DateTime, Text, cast, func, literal, select, text, type_coerce
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agentcontext._validate import loads
 from agentcontext.errors import InvalidGraphError, MessageNotFoundError
 from agentcontext.store import _rows
 from agentcontext.store._schema import messages as M
 from agentcontext.store.records import MessageRecord
 
-_loads = json.loads
+_loads = loads
 
 # The chat scan in plain SQL: one indexed query, no per-column type processing.
 _SCAN = {
@@ -95,19 +95,20 @@ async def load_chain(
         picked = await _walk(conn, dialect_name, head_id, expected)
     _check(picked, head_id, after, expected, head_depth, chat_id)
     picked.reverse()
-    make, loads, parse = _rows.message_of, _loads, _fromisoformat
-    return [
-        make(
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            row[4],
-            None if row[5] is None else loads(row[5]),
-            parse(row[6]) if row[6].__class__ is str else row[6],
-        )
-        for row in picked
-    ]
+    make, decode, parse = _rows.message_of, _loads, _fromisoformat
+    with _rows.gc_paused():
+        return [
+            make(
+                row[0],
+                row[1],
+                row[2],
+                row[3],
+                row[4],
+                None if row[5] is None else decode(row[5]),
+                parse(row[6]) if row[6].__class__ is str else row[6],
+            )
+            for row in picked
+        ]
 
 
 async def _walk(conn: AsyncConnection, dialect_name: str, head_id: str, expected: int) -> list[Any]:

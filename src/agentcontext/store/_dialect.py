@@ -40,7 +40,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
-from agentcontext._validate import dumps
+from agentcontext._validate import dumps, loads
 from agentcontext.errors import InvalidInputError
 from agentcontext.store import _schema as s
 
@@ -280,6 +280,7 @@ def create_engine(url: str | URL, **options: Any) -> AsyncEngine:
     backend = parsed.get_backend_name()
     options = dict(options)
     options.setdefault("json_serializer", dumps)
+    options.setdefault("json_deserializer", loads)
     if backend == "sqlite":
         if parsed.get_driver_name() != "aiosqlite":
             raise InvalidInputError(

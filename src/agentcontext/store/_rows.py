@@ -11,12 +11,15 @@ allocating one per record cost more than the rest of the record.
 
 from __future__ import annotations
 
-import json
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from agentcontext._validate import loads
 from agentcontext.store.records import Branch, Chat, Checkpoint, MessageRecord
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -68,6 +71,25 @@ def message_of(
     return obj
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while many records are built at once.
+
+    Decoding a long chain allocates hundreds of thousands of dicts and lists, none of them
+    garbage, and each allocation burst triggers collections that scan them all again: a
+    third of a 10 000-message load. Reference counting frees memory as usual meanwhile, and
+    the collector is back (if it was on) before anything else runs on the event loop.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def decode_message_row(row: Any, sqlite: bool) -> tuple[Any, ...]:
     """A raw driver row (id, chat_id, parent_id, name, type, data, created_at, ...) with its
     JSON data decoded and its time parsed, as SQLAlchemy's column types would."""
@@ -83,7 +105,7 @@ def decode_message_row(row: Any, sqlite: bool) -> tuple[Any, ...]:
         row[2],
         row[3],
         row[4],
-        None if data is None else json.loads(data),
+        None if data is None else loads(data),
         created,
         *row[7:],
     )

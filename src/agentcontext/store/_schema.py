@@ -7,7 +7,6 @@ triggers on SQLite, an expression GIN index on PostgreSQL); they are declared in
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -35,7 +34,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from agentcontext._validate import dumps
+from agentcontext._validate import dumps, loads
 
 __all__ = [
     "VERSION_TABLE",
@@ -112,7 +111,7 @@ class JSONText(TypeDecorator[Any]):
         return None if value is None else dumps(value)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> Any:
-        return None if value is None else json.loads(value)
+        return None if value is None else loads(value)
 
 
 JSONDocument = JSON().with_variant(JSONB(), "postgresql").with_variant(JSONText(), "sqlite")
