@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentcontext import errors
@@ -254,6 +256,55 @@ async def test_sqlite_synchronous_option(tmp_path: Path) -> None:
     for bad in ("off", "extra", 2, None):
         with pytest.raises(errors.InvalidInputError, match="sqlite_synchronous"):
             SqlContextStore(url, sqlite_synchronous=bad)
+
+
+async def test_an_engine_you_built_is_used_for_every_call(store_url: str) -> None:
+    # Its connect_args (ssl, a search_path, ...) are invisible from its URL, so on PostgreSQL
+    # the store never opens connections of its own beside it; a plain SQLite file is safe.
+    url = make_url(store_url)
+    pooled = url.query.get("pgbouncer") == "true"  # as one would build it behind PgBouncer:
+    engine = create_async_engine(
+        url.difference_update_query(["pgbouncer"]),
+        connect_args={"statement_cache_size": 0, "prepared_statement_cache_size": 0}
+        if pooled
+        else {},
+    )
+    try:
+        async with SqlContextStore(engine) as store:
+            sqlite = store.dialect_name == "sqlite"
+            assert (store._appender is not None) is sqlite
+            assert (store._reader is not None) is sqlite
+            await store.create_chat("c", user_id="u")
+            main = await store.get_active_branch("c")
+            assert main is not None
+            appended = await store.append_messages(main.id, chain("c", 3), expected_head=None)
+            assert appended.ok
+            assert len(await store.get_message_chain(appended.head_message_id or "")) == 3
+            assert len(await store.search_messages("c", "message")) == 3
+    finally:
+        await engine.dispose()
+
+
+async def test_driver_paths_connect_like_the_engine(pg_session_url: str) -> None:
+    store_url = pg_session_url
+    settings = {"application_name": "agentcontext-test"}
+    options = {
+        "connect_args": {"server_settings": settings, "prepared_statement_cache_size": 50},
+        "postgres_connect_timeout": 4,
+    }
+    async with SqlContextStore(store_url, **options) as store:
+        for path in (store._appender, store._reader):
+            assert path is not None
+            kwargs = path._connect_kwargs
+            assert kwargs["server_settings"] == settings and kwargs["timeout"] == 4.0
+            assert "prepared_statement_cache_size" not in kwargs  # SQLAlchemy's, not asyncpg's
+        chat_id = f"connect-{uuid.uuid4().hex}"  # the session database is shared
+        await store.create_chat(chat_id, user_id="u")
+        await store.add_messages(chain(chat_id, 2, prefix=f"{chat_id}-"))
+        assert len(await store.search_messages(chat_id, "message")) == 2
+        await store.delete_chat(chat_id)
+    with pytest.raises(errors.StoreError, match="closed"):
+        await store.search_messages(chat_id, "message")
 
 
 async def test_bad_urls_are_named() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
@@ -130,6 +131,9 @@ class SqlCore(ContextStore):
         self._migrate_mode: MigrateMode = migrate
         busy_timeout = 30.0
         synchronous = "NORMAL"
+        # The driver-level paths open their own connections from the URL and the options;
+        # they are only safe when those describe every connection the engine makes.
+        driver_paths = True
         postgres_connect_args: dict[str, Any] = {"timeout": 10.0}
         if isinstance(url_or_engine, AsyncEngine):
             if engine_options:
@@ -141,6 +145,10 @@ class SqlCore(ContextStore):
             self._owns_engine = False
             if self._engine.dialect.name == "sqlite":
                 install_sqlite_hooks(self._engine)
+            # An engine you built may connect in ways its URL does not say (connect_args such
+            # as ssl or a search_path, a creator): on PostgreSQL, or an SQLite URL with query
+            # options, every call goes through it.
+            driver_paths = self._engine.dialect.name == "sqlite" and not self._engine.url.query
         elif isinstance(url_or_engine, (str, URL)):
             try:
                 url = make_url(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
@@ -154,6 +162,10 @@ class SqlCore(ContextStore):
             self._engine = create_engine(url, **engine_options)
             postgres_connect_args = postgres_driver_args(url, engine_options)
             self._owns_engine = True
+            driver_paths = not (
+                {"creator", "async_creator"} & engine_options.keys()
+                or (self._engine.dialect.name == "sqlite" and url.query)
+            )
         else:
             raise InvalidTypeError(
                 "SqlContextStore needs a database URL or an AsyncEngine, "
@@ -171,17 +183,21 @@ class SqlCore(ContextStore):
         self._init_lock = asyncio.Lock()
         self._initialized = False
         self._closed = False
-        # The driver-level path for the hottest write (appending messages); None for an
-        # in-memory database, whose one shared connection only SQLAlchemy may use.
+        # The driver-level paths for the hottest write (appending messages) and single-statement
+        # reads (search); None for an in-memory database, whose one shared connection only
+        # SQLAlchemy may use. Reads get their own small pool, planned per call.
         self._appender: SqliteAppender | PostgresAppender | None = None
         self._reader: SqliteReader | PostgresAppender | None = None
-        if self._dialect.is_sqlite and not self._memory and url_.database:
+        if not driver_paths or self._memory:
+            pass
+        elif self._dialect.is_sqlite and url_.database:
             self._appender = SqliteAppender(url_.database, busy_timeout, synchronous)
             self._reader = SqliteReader(url_.database, busy_timeout)
         elif not self._dialect.is_sqlite:
             _args, connect_kwargs = self._engine.dialect.create_connect_args(url_)
             connect_kwargs.update(postgres_connect_args)
-            self._appender = self._reader = PostgresAppender(dict(connect_kwargs))
+            self._appender = PostgresAppender(dict(connect_kwargs))
+            self._reader = PostgresAppender(dict(connect_kwargs), max_size=5, generic_plans=False)
 
     # --- properties -------------------------------------------------------------------------
 
@@ -256,12 +272,16 @@ class SqlCore(ContextStore):
         if self._closed:
             return
         self._closed = True
-        if self._appender is not None:
-            await self._appender.close()
-        if self._reader is not None and self._reader is not self._appender:
-            await self._reader.close()
-        if self._owns_engine:
-            await self._engine.dispose()
+        try:
+            if self._appender is not None:
+                await self._appender.close()
+        finally:
+            try:
+                if self._reader is not None:
+                    await self._reader.close()
+            finally:
+                if self._owns_engine:
+                    await self._engine.dispose()
 
     # --- transactions and errors ------------------------------------------------------------
 
@@ -319,7 +339,12 @@ class SqlCore(ContextStore):
         except ContextError:
             raise
         except Exception as exc:
-            raise self._translate(exc) from exc
+            # Driver errors become ContextErrors; anything else is a bug and stays as it is.
+            if isinstance(exc, (sqlite3.Error, OSError)) or type(exc).__module__.startswith(
+                "asyncpg"
+            ):
+                raise self._translate(exc) from exc
+            raise
 
     async def _lock_chat(self, conn: AsyncConnection, chat_id: str) -> Chat:
         """Lock the chat row for this transaction (PostgreSQL; SQLite holds the write lock)."""

@@ -330,12 +330,24 @@ def _wants_pgbouncer(url: URL, options: Mapping[str, Any]) -> bool:
 
 
 def postgres_driver_args(url: str | URL, options: Mapping[str, Any]) -> dict[str, Any]:
-    """Extra ``asyncpg.connect`` arguments matching :func:`create_engine`'s for PostgreSQL."""
+    """Extra ``asyncpg.connect`` arguments matching :func:`create_engine`'s for PostgreSQL:
+    the caller's ``connect_args`` (ssl, server settings, ...) without the ones only SQLAlchemy
+    understands, the connect timeout, and no statement cache behind PgBouncer."""
     parsed = make_url(url) if isinstance(url, str) else url
-    args: dict[str, Any] = {"timeout": float(options.get("postgres_connect_timeout", 10.0))}
+    args: dict[str, Any] = {
+        key: value
+        for key, value in dict(options.get("connect_args") or {}).items()
+        if key not in _SQLALCHEMY_ONLY_CONNECT_ARGS
+    }
+    args["timeout"] = float(options.get("postgres_connect_timeout", args.get("timeout", 10.0)))
     if _wants_pgbouncer(parsed, options):
         args["statement_cache_size"] = 0
     return args
+
+
+_SQLALCHEMY_ONLY_CONNECT_ARGS = frozenset(
+    {"prepared_statement_cache_size", "prepared_statement_name_func", "async_fallback"}
+)
 
 
 def _unique_statement_name() -> str:

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agentcontext._validate import dumps
-from agentcontext.errors import BranchNotFoundError, ChatNotFoundError
+from agentcontext.errors import BranchNotFoundError, ChatNotFoundError, StoreError
 from agentcontext.store import _text
 from agentcontext.store._dialect import SQLITE_SYNCHRONOUS
 from agentcontext.store.base import AppendResult
@@ -338,6 +338,10 @@ FROM (SELECT 1) AS one LEFT JOIN branches b ON b.id = $1 AND b.chat_id = $2
 """
 
 
+_ACQUIRE_TIMEOUT = 30.0
+"""Seconds a call waits for a free pooled connection (SQLAlchemy's pool_timeout default)."""
+
+
 class PostgresAppender:
     """Runs the append transaction on its own small asyncpg pool.
 
@@ -347,20 +351,26 @@ class PostgresAppender:
     as unknown, checks whether the turn landed before retrying.
     """
 
-    def __init__(self, connect_kwargs: dict[str, Any], max_size: int = 10) -> None:
+    def __init__(
+        self, connect_kwargs: dict[str, Any], max_size: int = 10, generic_plans: bool = True
+    ) -> None:
         self._connect_kwargs = connect_kwargs
         self._max_size = max_size
+        self._generic_plans = generic_plans
         self._pool: Any = None
         self._pool_lock = asyncio.Lock()
+        self._closed = False
 
     async def _get_pool(self) -> Any:
         if self._pool is None:
             import asyncpg
 
             async with self._pool_lock:
+                if self._closed:
+                    raise StoreError("this store is closed; create a new one")
                 if self._pool is None:
                     kwargs = dict(self._connect_kwargs)
-                    if kwargs.get("statement_cache_size") != 0:
+                    if self._generic_plans and kwargs.get("statement_cache_size") != 0:
                         # Plan the append statement once per connection, not per call.
                         # (Not behind PgBouncer: it refuses unknown startup parameters, and
                         # statements are not kept there anyway.)
@@ -402,7 +412,7 @@ class PostgresAppender:
             len(rows),
         )
         for attempt in range(2):
-            async with pool.acquire() as raw:
+            async with pool.acquire(timeout=_ACQUIRE_TIMEOUT) as raw:
                 try:
                     version, moved = await raw.fetchrow(_PG_APPEND, *args)
                 except asyncpg.DivisionByZeroError:
@@ -436,7 +446,7 @@ class PostgresAppender:
         pool = await self._get_pool()
         args = query.args(params)
         for attempt in range(2):
-            async with pool.acquire() as raw:
+            async with pool.acquire(timeout=_ACQUIRE_TIMEOUT) as raw:
                 try:
                     return list(await raw.fetch(query.sql, *args))
                 except (asyncpg.ConnectionDoesNotExistError, OSError):
@@ -445,6 +455,8 @@ class PostgresAppender:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def close(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        async with self._pool_lock:
+            self._closed = True
+            if self._pool is not None:
+                await self._pool.close()
+                self._pool = None

@@ -78,7 +78,8 @@ def gc_paused() -> Iterator[None]:
     Decoding a long chain allocates hundreds of thousands of dicts and lists, none of them
     garbage, and each allocation burst triggers collections that scan them all again: a
     third of a 10 000-message load. Reference counting frees memory as usual meanwhile, and
-    the collector is back (if it was on) before anything else runs on the event loop.
+    the collector is back (if it was on) before anything else runs on the event loop. The
+    switch is process-wide: other threads see the collector off for those milliseconds too.
     """
     if not gc.isenabled():
         yield

@@ -15,8 +15,8 @@ from agentcontext.store._schema import messages as M
 from agentcontext.store._snapshots import SnapshotsMixin
 from agentcontext.store.records import Graph, GraphNode, SearchResult
 
-_SEARCHES: dict[tuple[str, str, bool], tuple[Any, RawQuery]] = {}
-"""Search statements (and their compiled SQL) by dialect, scope and whether roles filter."""
+_SEARCHES: dict[tuple[str, str, str, bool], tuple[Any, RawQuery]] = {}
+"""Search statements (and their compiled SQL) by dialect, driver, scope and roles filter."""
 
 
 class SearchMixin(SnapshotsMixin):
@@ -48,7 +48,7 @@ class SearchMixin(SnapshotsMixin):
         self, scope: Literal["chat", "user"], with_roles: bool
     ) -> tuple[Any, RawQuery]:
         """The search query for a scope, built and compiled once per dialect and shape."""
-        key = (self._dialect.name, scope, with_roles)
+        key = (self._dialect.name, self._engine.dialect.driver, scope, with_roles)
         found = _SEARCHES.get(key)
         if found is None:
             where = (
