@@ -41,18 +41,9 @@ def type_name(value: object) -> str:
 
 def check_text(value: object, what: str) -> str:
     """Check that ``value`` is a str that PostgreSQL and SQLite can both store."""
-    if not isinstance(value, str):
-        raise InvalidTypeError(f"{what} must be a str, got {type_name(value)}")
-    if "\x00" in value:
+    if isinstance(value, str) and "\x00" in value:
         raise InvalidInputError(f"{what} contains a NUL character (\\x00); remove it")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInputError(
-            f"{what} contains a lone surrogate and is not valid Unicode; "
-            "decode your input with errors='replace' first"
-        ) from None
-    return value
+    return check_unicode(value, what)
 
 
 def check_unicode(value: object, what: str) -> str:

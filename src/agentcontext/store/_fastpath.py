@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from agentcontext._validate import dumps
 from agentcontext.errors import BranchNotFoundError, ChatNotFoundError, StoreError
@@ -144,17 +144,19 @@ class RawQuery:
         return [merged[name] for name in self.names]
 
 
-class SqliteReader:
-    """Runs single read statements on its own connection, in one reader thread.
+_T = TypeVar("_T")
 
-    A lone SELECT is its own transaction, reading one consistent snapshot (WAL); the reader
-    never writes (``PRAGMA query_only``), so it never waits for the write lock.
-    """
 
-    def __init__(self, path: str, busy_timeout: float) -> None:
+class _SqliteThread:
+    """One SQLite connection of its own, used only from one dedicated thread."""
+
+    _thread_name = "agentcontext"
+
+    def __init__(self, path: str, busy_timeout: float, pragmas: tuple[str, ...]) -> None:
         self._path = path
         self._busy_timeout = busy_timeout
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentcontext-r")
+        self._pragmas = pragmas
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self._thread_name)
         self._conn: sqlite3.Connection | None = None
 
     def _connection(self) -> sqlite3.Connection:
@@ -165,18 +167,14 @@ class SqliteReader:
                 isolation_level=None,
                 check_same_thread=False,
             )
-            conn.execute("PRAGMA query_only = ON")
+            for pragma in self._pragmas:
+                conn.execute(pragma)
             self._conn = conn
         return self._conn
 
-    def _fetch(self, sql: str, args: list[Any]) -> list[Any]:
-        return self._connection().execute(sql, args).fetchall()
-
-    async def fetch(self, query: RawQuery, params: dict[str, Any]) -> list[Any]:
+    async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor, self._fetch, query.sql, query.args(params)
-        )
+        return await loop.run_in_executor(self._executor, fn, *args)
 
     async def close(self) -> None:
         def shut() -> None:
@@ -184,33 +182,37 @@ class SqliteReader:
                 self._conn.close()
                 self._conn = None
 
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, shut)
+        await self._run(shut)
         self._executor.shutdown(wait=True)
 
 
-class SqliteAppender:
+class SqliteReader(_SqliteThread):
+    """Runs single read statements on its own connection, in one reader thread.
+
+    A lone SELECT is its own transaction, reading one consistent snapshot (WAL); the reader
+    never writes (``PRAGMA query_only``), so it never waits for the write lock.
+    """
+
+    _thread_name = "agentcontext-r"
+
+    def __init__(self, path: str, busy_timeout: float) -> None:
+        super().__init__(path, busy_timeout, ("PRAGMA query_only = ON",))
+
+    def _fetch(self, sql: str, args: list[Any]) -> list[Any]:
+        return self._connection().execute(sql, args).fetchall()
+
+    async def fetch(self, query: RawQuery, params: dict[str, Any]) -> list[Any]:
+        return await self._run(self._fetch, query.sql, query.args(params))
+
+
+class SqliteAppender(_SqliteThread):
     """Runs the append transaction on its own connection, in one writer thread."""
 
     def __init__(self, path: str, busy_timeout: float, synchronous: str = "NORMAL") -> None:
-        self._path = path
-        self._busy_timeout = busy_timeout
+        super().__init__(
+            path, busy_timeout, ("PRAGMA foreign_keys = ON", SQLITE_SYNCHRONOUS[synchronous])
+        )
         self._synchronous = synchronous
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentcontext")
-        self._conn: sqlite3.Connection | None = None
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            conn = sqlite3.connect(
-                self._path,
-                timeout=self._busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-            conn.execute("PRAGMA foreign_keys = ON")
-            conn.execute(SQLITE_SYNCHRONOUS[self._synchronous])
-            self._conn = conn
-        return self._conn
 
     async def append(
         self,
@@ -220,10 +222,7 @@ class SqliteAppender:
         expected_head: str | None,
         new_head: str,
     ) -> AppendResult:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor, self._append, chat_id, branch_id, rows, expected_head, new_head
-        )
+        return await self._run(self._append, chat_id, branch_id, rows, expected_head, new_head)
 
     def _append(
         self,
@@ -279,16 +278,6 @@ class SqliteAppender:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-
-    async def close(self) -> None:
-        def shut() -> None:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, shut)
-        self._executor.shutdown(wait=True)
 
 
 # One statement, one round trip, atomic on its own. Data dependencies fix the order of its
