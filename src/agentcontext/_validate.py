@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic_core import from_json
@@ -30,6 +31,16 @@ names). PostgreSQL's index entry (a ``tsvector``) holds at most 1 MiB and can ta
 the same limit, so a message is accepted or refused alike on every backend. Tool outputs,
 data parts and files are not indexed and have no such limit.
 """
+
+MAX_COUNT = 2**31 - 1
+"""Largest limit, offset or count accepted (what every backend can bind as a row count)."""
+
+MAX_INT64 = 2**63 - 1
+"""Largest integer a database column or a filter value may hold."""
+
+MAX_JSON_INT_BITS = 13_000
+"""Largest integer (in bits, about 3 900 digits) a stored JSON value may hold; Python itself
+refuses to print integers of more than 4 300 digits."""
 
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
@@ -118,8 +129,57 @@ def check_int(value: object, what: str, *, minimum: int | None = None) -> int:
 
 
 def check_optional_int(value: object, what: str, *, minimum: int | None = None) -> int | None:
-    """Like :func:`check_int`, but ``None`` is accepted."""
+    """Like `check_int`, but ``None`` is accepted."""
     return None if value is None else check_int(value, what, minimum=minimum)
+
+
+def check_count(value: object, what: str, *, minimum: int = 0, maximum: int = MAX_COUNT) -> int:
+    """A limit, offset or count: an int between ``minimum`` and ``maximum`` (2**31 - 1)."""
+    check_int(value, what, minimum=minimum)
+    assert isinstance(value, int)
+    if value > maximum:
+        raise InvalidInputError(f"{what} must be at most {maximum:,}, got {_short(value)}")
+    return value
+
+
+def check_optional_count(value: object, what: str, *, minimum: int = 0) -> int | None:
+    """Like `check_count`, but ``None`` (no limit) is accepted."""
+    return None if value is None else check_count(value, what, minimum=minimum)
+
+
+def check_int64(value: object, what: str, *, minimum: int = -MAX_INT64 - 1) -> int:
+    """An int that fits a signed 64-bit column."""
+    check_int(value, what, minimum=minimum)
+    assert isinstance(value, int)
+    if value > MAX_INT64:
+        raise InvalidInputError(
+            f"{what} must fit in 64 bits (at most {MAX_INT64:,}), got {_short(value)}"
+        )
+    if value < -MAX_INT64 - 1:
+        raise InvalidInputError(f"{what} must fit in 64 bits, got {_short(value)}")
+    return value
+
+
+def check_timestamp(value: object, what: str) -> datetime:
+    """An aware datetime that is a valid instant in UTC (years 1 to 9999)."""
+    if not isinstance(value, datetime):
+        raise InvalidTypeError(f"{what} must be a datetime, got {type_name(value)}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInputError(f"{what} must be timezone-aware, such as datetime.now(UTC)")
+    try:
+        value.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise InvalidInputError(
+            f"{what} ({value.isoformat()}) is outside the years 1 to 9999 once in UTC"
+        ) from None
+    return value
+
+
+def _short(value: int) -> str:
+    """An int for an error message: its digits, or its size when it has too many."""
+    if value.bit_length() > 256:
+        return f"an integer of {value.bit_length():,} bits"
+    return f"{value:,}"
 
 
 def check_json(value: object, what: str) -> None:
@@ -140,8 +200,14 @@ def check_json(value: object, what: str) -> None:
         item, path, depth = stack.pop()
         if isinstance(item, str):
             _check_json_str(item, what, path)
-        elif isinstance(item, bool) or item is None or isinstance(item, int):
+        elif isinstance(item, bool) or item is None:
             continue
+        elif isinstance(item, int):
+            if item.bit_length() > MAX_JSON_INT_BITS:
+                raise SerializationError(
+                    f"{what} holds an integer of {item.bit_length():,} bits at {path}; JSON "
+                    "integers are limited to about 3 900 digits: store it as a string"
+                )
         elif isinstance(item, float):
             if not math.isfinite(item):
                 raise SerializationError(

@@ -1,44 +1,39 @@
 """ContextEngine: the system prompt and the conversation graph of one chat, for one user.
 
-The engine keeps two lists: context fragments (they render into the system prompt) and
-pending message fragments (they become nodes of the graph on :meth:`ContextEngine.save`).
-It talks only to the :class:`~agentcontext.ContextStore` interface.
+The engine keeps two lists: context fragments (they render into the system prompt) and pending
+message fragments (they become nodes of the graph on `ContextEngine.save`). It talks only to
+the store interface (`EngineStore`, which every `ContextStore` is).
 
-It also keeps the chain of its branch in memory. Stored messages change only by an explicit
-in-place update, and every write bumps the chat's change version, so a warm engine catches up
-with one small query (the branch and the version) plus, when something changed, the rows
-written since; it never reads the whole chain again unless it has to.
+The public verbs live here; the concerns behind them have modules of their own:
+``_conversation`` (the chat, the branch and its chain held in memory, kept in step with the
+store) and ``_save`` (compare-and-swap, grafting, idempotent retries).
 """
 
 from __future__ import annotations
 
 import asyncio
-import builtins
-import gc
-import random
+import uuid
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel
 
 from agentcontext import _validate as v
+from agentcontext._conversation import DELETED, Conversation
+from agentcontext._save import SaveResult, save_turn
 from agentcontext.errors import (
     BranchNotFoundError,
     ChatNotFoundError,
-    ChatOwnershipError,
     CheckpointNotFoundError,
     EmptyConversationError,
-    HeadConflictError,
     InvalidGraphError,
     InvalidInputError,
     InvalidTypeError,
     MessageNotFoundError,
     NotFoundError,
-    SerializationError,
-    StoreUnavailableError,
 )
 from agentcontext.estimate import Estimate, estimate_context
 from agentcontext.fragments import (
@@ -49,7 +44,6 @@ from agentcontext.fragments import (
     is_lazy_fragment,
     is_message_fragment,
     message_of,
-    new_message_id,
     resolve_lazy_message,
     with_message_id,
 )
@@ -72,18 +66,9 @@ from agentcontext.store.records import (
 
 __all__ = ["ContextEngine", "InspectFragments", "InspectMeta", "InspectResult", "SaveResult"]
 
-_DELETED = "was deleted while this engine had it open"
-
-MAX_SAVE_ATTEMPTS = 64
-"""Compare-and-swap attempts before a save gives up with HeadConflictError."""
-
-
-class SaveResult(BaseModel):
-    """What :meth:`ContextEngine.save` returns: the branch head after the save."""
-
-    model_config = ConfigDict(frozen=True)
-
-    head_message_id: str | None
+_TURNS = uuid.UUID("6f0c7f5e-2b1a-4c59-9d0e-5a1f3c8b7e42")
+"""Namespace of the placeholder ids of `ContextEngine.begin_turn` (derived from the user
+message's id, so a retried begin_turn gives the same placeholder)."""
 
 
 class InspectFragments(BaseModel):
@@ -135,159 +120,6 @@ def _chat_write_lock(store: ContextStore, chat_id: str) -> asyncio.Lock:
     if lock is None:
         lock = locks[chat_id] = asyncio.Lock()
     return lock
-
-
-class _Chain:
-    """The branch's chain as the engine last saw it: records and decoded messages.
-
-    ``version`` is the chat's change version the cached content corresponds to (None: the
-    cache must be loaded).
-
-    When the chain is cut (a rewind, a switch to an ancestor), the part cut off is kept as
-    the *detached tail*: moving back to a message in it (switching back to the branch that
-    was left) re-attaches it instead of reading the chain again, and the cut costs no
-    deallocation of thousands of messages on the caller's path.
-    """
-
-    __slots__ = (
-        "detached",
-        "detached_version",
-        "head",
-        "index",
-        "messages",
-        "placeholders",
-        "records",
-        "version",
-    )
-
-    def __init__(self) -> None:
-        self.head: str | None = None
-        self.version: int | None = None
-        self.records: list[MessageRecord] = []
-        self.messages: list[Message] = []
-        self.index: dict[str, int] = {}
-        self.placeholders: builtins.set[str] = builtins.set()
-        """Ids of the empty assistant placeholders on the chain (resolve leaves them out)."""
-        self.detached: tuple[list[MessageRecord], list[Message]] | None = None
-        self.detached_version = 0
-
-    def reset(self, head: str | None, version: int, records: list[MessageRecord]) -> None:
-        self.head, self.version = head, version
-        self.records = records
-        self.messages = _decode_all(records)
-        self.index = {record.id: i for i, record in enumerate(records)}
-        self.placeholders = {m.id for m in self.messages if is_empty_assistant_placeholder(m)}
-        self.detached = None
-
-    def invalidate(self) -> None:
-        self.version = None
-        self.detached = None
-
-    def truncate(self, message_id: str | None, *, reattach: bool = True) -> bool:
-        """Make ``message_id`` the head (None: empty): cut the chain after it, or re-attach
-        the detached tail up to it. False if it is not cached."""
-        if self.version is None:
-            return False
-        if message_id is None:
-            keep = 0
-        elif message_id in self.index:
-            keep = self.index[message_id] + 1
-        else:
-            return reattach and self._reattach(message_id)
-        self._cut(keep)
-        self.head = message_id
-        return True
-
-    def _cut(self, keep: int) -> None:
-        if keep >= len(self.records):
-            return
-        records, messages = self.records[keep:], self.messages[keep:]
-        index = self.index
-        for record in records:
-            del index[record.id]
-        if self.placeholders:
-            self.placeholders.difference_update(record.id for record in records)
-        del self.records[keep:]
-        del self.messages[keep:]
-        assert self.version is not None
-        if self.detached is not None and self.detached[0][0].parent_id == records[-1].id:
-            # The tail cut before continues this one: keep them as one.
-            records += self.detached[0]
-            messages += self.detached[1]
-            self.detached_version = min(self.detached_version, self.version)
-        else:
-            self.detached_version = self.version
-        self.detached = (records, messages)
-
-    def _reattach(self, message_id: str) -> bool:
-        if self.detached is None:
-            return False
-        records, messages = self.detached
-        end = next((i for i, record in enumerate(records) if record.id == message_id), None)
-        if end is None:
-            return False
-        anchor = records[0].parent_id
-        if anchor is not None and anchor not in self.index:
-            return False
-        assert self.version is not None
-        since = self.detached_version
-        self.detached = None
-        self._cut(0 if anchor is None else self.index[anchor] + 1)
-        for record, message in zip(records[: end + 1], messages[: end + 1], strict=True):
-            self.append(record, message)
-        # Changes made to the tail while it was detached were not applied: fetch them again.
-        self.version = min(self.version, since)
-        return True
-
-    def append(self, record: MessageRecord, message: Message) -> None:
-        self.index[record.id] = len(self.records)
-        self.records.append(record)
-        self.messages.append(message)
-        self.head = record.id
-        if is_empty_assistant_placeholder(message):
-            self.placeholders.add(record.id)
-
-    def replace(self, record: MessageRecord, message: Message) -> None:
-        position = self.index[record.id]
-        self.records[position] = record
-        self.messages[position] = message
-        if is_empty_assistant_placeholder(message):
-            self.placeholders.add(record.id)
-        else:
-            self.placeholders.discard(record.id)
-
-
-def _decode(record: MessageRecord) -> Message:
-    try:
-        message = Message.model_validate(record.data)
-    except ValidationError as exc:
-        raise SerializationError(
-            f"stored message {record.id!r} is not a valid Message ({exc.error_count()} "
-            "errors); it was written outside the engine with another shape"
-        ) from exc
-    if message.id != record.id:
-        # Written outside the engine with another id in its JSON: the node's id is the
-        # identity (rewind, in-place updates and placeholders go by it).
-        message = message.model_copy(update={"id": record.id})
-    return message
-
-
-def _decode_all(records: list[MessageRecord]) -> list[Message]:
-    """Decode a loaded chain. A long one with the cyclic garbage collector paused: it
-    creates tens of thousands of long-lived objects and no garbage, and the collector's
-    passes over them would take about as long as the decoding itself."""
-    if len(records) < 1000 or not gc.isenabled():
-        return [_decode(record) for record in records]
-    gc.disable()
-    try:
-        return [_decode(record) for record in records]
-    finally:
-        gc.enable()
-
-
-def _message_json(message: Message) -> bytes:
-    """A message exactly as pydantic serialises it, so a replay gives back the same bytes."""
-    return message.model_dump_json().encode("utf-8")
 
 
 def _usage_dict(usage: object) -> dict[str, Any]:
@@ -350,20 +182,25 @@ def _fragment_json(fragment: ContextFragment) -> dict[str, Any]:
     return out
 
 
+def _message_json(message: Message) -> bytes:
+    """A message exactly as pydantic serialises it, so a replay gives back the same bytes."""
+    return message.model_dump_json().encode("utf-8")
+
+
 class ContextEngine:
     """The context of one chat for one user: system-prompt fragments and the message graph.
 
     Args:
         store: Where the chat lives.
         chat_id: The chat; created on first use if it does not exist.
-        user_id: Its owner. Opening another user's chat raises
-            :class:`~agentcontext.ChatOwnershipError`.
+        user_id: Its owner. Opening another user's chat raises `ChatOwnershipError`.
         metadata: Merged into the chat's metadata once, on first use.
         lazy_max_depth: Deepest chain of lazy values loaded (default 10).
         lazy_max_items: Most items one lazy generator may yield (default 10 000).
 
-    The engine initialises itself on the first async call: it upserts the chat, checks its
-    owner, merges ``metadata`` and loads the chat's active branch (whatever its name).
+    The engine initialises itself on the first async call: it opens the chat (creating it),
+    checks its owner, merges ``metadata`` and takes the chat's active branch (whatever its
+    name).
 
     Example::
 
@@ -387,22 +224,21 @@ class ContextEngine:
         if not isinstance(store, ContextStore):
             raise InvalidTypeError(f"store must be a ContextStore, got {v.type_name(store)}")
         self._store = store
-        self._chat_id = v.check_id(chat_id, "chat_id")
-        self._user_id = v.check_id(user_id, "user_id")
-        self._initial_metadata = (
-            None if metadata is None else v.check_json_object(metadata, "metadata")
+        checked_metadata = None if metadata is None else v.check_json_object(metadata, "metadata")
+        self._conv = Conversation(
+            store,
+            v.check_id(chat_id, "chat_id"),
+            v.check_id(user_id, "user_id"),
+            checked_metadata,
         )
         v.check_int(lazy_max_depth, "lazy_max_depth", minimum=1)
         v.check_int(lazy_max_items, "lazy_max_items", minimum=0)
         self._resolver = LazyResolver(max_depth=lazy_max_depth, max_items=lazy_max_items)
         self._fragments: list[ContextFragment] = []
         self._pending: list[ContextFragment] = []
-        self._chat: Chat | None = None
-        self._branch: Branch | None = None
-        self._chain = _Chain()
         self._turn: str | None = None
         self._lock = asyncio.Lock()
-        self._write_lock = _chat_write_lock(store, self._chat_id)
+        self._write_lock = _chat_write_lock(store, self._conv.chat_id)
 
     # --- properties -------------------------------------------------------------------------
 
@@ -414,32 +250,33 @@ class ContextEngine:
     @property
     def chat_id(self) -> str:
         """The chat's id."""
-        return self._chat_id
+        return self._conv.chat_id
 
     @property
     def user_id(self) -> str:
         """The owner's id."""
-        return self._user_id
+        return self._conv.user_id
 
     @property
     def branch(self) -> str | None:
         """The name of the engine's branch (the chat's active branch when it was loaded, or the
         one it moved to); None before the first async call."""
-        return None if self._branch is None else self._branch.name
+        return None if self._conv.branch is None else self._conv.branch.name
 
     @property
     def head_message_id(self) -> str | None:
         """The head of the engine's branch as last seen; None for an empty branch."""
-        if self._branch is None:
+        conv = self._conv
+        if conv.branch is None:
             return None
-        if self._chain.version is not None:
-            return self._chain.head
-        return self._branch.head_message_id
+        if conv.chain.version is not None:
+            return conv.chain.head
+        return conv.branch.head_message_id
 
     @property
     def chat(self) -> Chat | None:
         """The chat record as last read or written; None before the first async call."""
-        return self._chat
+        return self._conv.chat
 
     @property
     def fragments(self) -> list[ContextFragment]:
@@ -448,19 +285,19 @@ class ContextEngine:
 
     @property
     def pending(self) -> list[ContextFragment]:
-        """The message fragments waiting for :meth:`save` (a copy)."""
+        """The message fragments waiting for `save` (a copy)."""
         return list(self._pending)
 
     def __repr__(self) -> str:
         return (
-            f"ContextEngine(chat_id={self._chat_id!r}, user_id={self._user_id!r}, "
+            f"ContextEngine(chat_id={self.chat_id!r}, user_id={self.user_id!r}, "
             f"branch={self.branch!r})"
         )
 
     # --- set --------------------------------------------------------------------------------
 
     def set(self, *fragments: ContextFragment) -> ContextEngine:
-        """Add fragments: messages queue for :meth:`save`, the rest form the system prompt.
+        """Add fragments: messages queue for `save`, the rest form the system prompt.
 
         Returns the engine, so calls chain.
         """
@@ -479,13 +316,13 @@ class ContextEngine:
         return self
 
     def clear_pending(self) -> list[ContextFragment]:
-        """Drop the messages waiting for :meth:`save` (say, after a failed model call) and
-        return them."""
+        """Drop the messages waiting for `save` (say, after a failed model call) and return
+        them."""
         dropped = list(self._pending)
         self._pending.clear()
         return dropped
 
-    # --- initialisation and syncing -----------------------------------------------------------
+    # --- initialisation -----------------------------------------------------------------------
 
     async def initialize(self) -> None:
         """Load the chat (creating it if needed) and its active branch. Idempotent."""
@@ -497,103 +334,14 @@ class ContextEngine:
         """Hold the engine's lock, initialised; name a chat deleted under the engine clearly."""
         async with self._lock:
             try:
-                await self._ensure_initialized()
+                await self._conv.open()
                 yield
             except ChatNotFoundError as exc:
-                if self._branch is None or _DELETED in str(exc):
+                if self._conv.branch is None or DELETED in str(exc):
                     raise
-                raise self._deleted_error() from exc
-
-    def _deleted_error(self) -> ChatNotFoundError:
-        branch = "" if self._branch is None else f" (or its branch {self._branch.name!r})"
-        return ChatNotFoundError(
-            f"chat {self._chat_id!r}{branch} {_DELETED}; create a new engine to start it again"
-        )
-
-    async def _require_chat(self) -> None:
-        """Before reporting something missing: a deleted chat is the better explanation."""
-        if await self._store.get_chat(self._chat_id) is None:
-            raise self._deleted_error()
-
-    async def _ensure_initialized(self) -> None:
-        if self._branch is not None:
-            return
-        chat = await self._store.upsert_chat(self._chat_id, user_id=self._user_id)
-        if chat.user_id != self._user_id:
-            raise ChatOwnershipError(
-                f"chat {self._chat_id!r} belongs to another user; open it with its owner's "
-                "user_id or use another chat_id"
-            )
-        wanted = self._initial_metadata
-        if wanted and any(chat.metadata.get(k, object()) != val for k, val in wanted.items()):
-            chat = await self._store.update_chat(
-                self._chat_id, lambda current: ChatUpdate(metadata={**current.metadata, **wanted})
-            )
-        self._initial_metadata = None
-        branch = await self._store.get_active_branch(self._chat_id)
-        if branch is None:
-            if await self._store.get_chat(self._chat_id) is None:
-                raise ChatNotFoundError(
-                    f"chat {self._chat_id!r} was deleted while the engine opened it; retry"
-                )
-            raise InvalidGraphError(
-                f"chat {self._chat_id!r} has no active branch: the database was changed "
-                "outside agentcontext. Make one active with store.set_active_branch(chat_id, "
-                "branch_id), or create one with store.create_branch(..., activate=True)"
-            )
-        self._chat = chat
-        self._branch = branch
-
-    async def _sync(self) -> None:
-        """Bring the cached chain up to date with the store."""
-        assert self._branch is not None
-        state = await self._store.get_branch_state(self._branch.id)
-        if state is None:
-            self._chain.invalidate()
-            raise self._deleted_error()
-        self._branch = state.branch
-        head, version = state.branch.head_message_id, state.version
-        chain = self._chain
-        if chain.version is not None and chain.version == version and chain.head == head:
-            return
-        if chain.version is not None and await self._catch_up(head, version):
-            return
-        records = [] if head is None else await self._store.get_message_chain(head)
-        chain.reset(head, version, records)
-
-    async def _catch_up(self, head: str | None, version: int) -> bool:
-        """Apply the changes since the cached version; False when a full load is needed."""
-        chain = self._chain
-        assert chain.version is not None
-        changes = await self._store.get_changes(self._chat_id, chain.version)
-        by_id = {record.id: record for record in changes}
-        for record in changes:
-            if record.id in chain.index:
-                cached = chain.records[chain.index[record.id]]
-                if cached.parent_id != record.parent_id:
-                    return False  # re-parented: the chain itself changed
-                chain.replace(record, _decode(record))
-        if head != chain.head:
-            # Walk back from the new head through what changed, to a message we hold.
-            tail: list[MessageRecord] = []
-            current = head
-            while (
-                current is not None
-                and current != chain.head
-                and current not in chain.index
-                and current in by_id
-            ):
-                tail.append(by_id[current])
-                current = by_id[current].parent_id
-                if len(tail) > len(by_id):
-                    return False  # a cycle in stored data: the full load reports it
-            if current != chain.head and not chain.truncate(current, reattach=False):
-                return False  # the new head is not reachable from what changed
-            for record in reversed(tail):
-                chain.append(record, _decode(record))
-            chain.head = head
-        chain.version = version
-        return True
+                raise self._conv.deleted_error() from exc
+            finally:
+                self._conv.end_call()
 
     # --- resolve ----------------------------------------------------------------------------
 
@@ -603,50 +351,52 @@ class ContextEngine:
         """Render the system prompt and assemble the conversation.
 
         Lazy fragment data is materialised first (once per engine). The messages are the
-        branch's stored chain, with pending messages appended; a pending message with the id
-        of a stored one replaces it in place, and empty assistant placeholders are left out.
+        branch's stored chain, with pending messages appended; a pending message with the id of
+        a stored one replaces it in place, and empty assistant placeholders are left out.
 
         Args:
-            renderer: Defaults to :class:`~agentcontext.XmlRenderer`.
-            record: Store what the model is shown so :meth:`replay` can give it back.
+            renderer: Defaults to `XmlRenderer`.
+            record: Store what the model is shown so `replay` can give it back.
         """
         renderer = self._check_renderer(renderer)
         v.check_bool(record, "record")
         async with self._session():
             fragments = await self._materialize()
             system_prompt = renderer.render(fragments)
-            await self._sync()
-            messages = self._compose()
-            result = ResolveResult(system_prompt=system_prompt, messages=messages)
+            await self._conv.sync()
+            result = ResolveResult.model_construct(
+                system_prompt=system_prompt, messages=self._compose(), record_id=None
+            )
             if record:
                 result = await self._record(result, renderer)
             return result
 
     async def _record(self, result: ResolveResult, renderer: ContextRenderer) -> ResolveResult:
         """Store the prompt and the messages as blobs; return the result with its record id."""
-        assert self._branch is not None
-        record = await self._store.create_resolve_record(
-            self._chat_id,
-            branch_id=self._branch.id,
-            branch_name=self._branch.name,
-            head_message_id=self._chain.head,
+        conv = self._conv
+        assert conv.branch is not None
+        stored = await self._store.create_resolve_record(
+            conv.chat_id,
+            branch_id=conv.branch.id,
+            branch_name=conv.branch.name,
+            head_message_id=conv.chain.head,
             renderer=repr(renderer),
             system_prompt=result.system_prompt,
             messages=[(message.id, _message_json(message)) for message in result.messages],
         )
-        return result.model_copy(update={"record_id": record.id})
+        return result.model_copy(update={"record_id": stored.id})
 
     async def replay(self, record_id: str) -> ResolveResult:
         """What a ``resolve(record=True)`` returned, rebuilt from the store byte for byte.
 
-        Works however the branch moved on since. Raises
-        :class:`~agentcontext.NotFoundError` for an unknown record or one of another chat.
+        Works however the branch moved on since. Raises `NotFoundError` for an unknown record
+        or one of another chat.
         """
         v.check_id(record_id, "record_id")
         async with self._session():
             record = await self._store.get_resolve_record(record_id)
-            if record is None or record.chat_id != self._chat_id:
-                raise NotFoundError(f"chat {self._chat_id!r} has no resolve record {record_id!r}")
+            if record is None or record.chat_id != self.chat_id:
+                raise NotFoundError(f"chat {self.chat_id!r} has no resolve record {record_id!r}")
             blobs = {}
             for digest in {record.prompt_blob, *record.message_blobs}:
                 content = await self._store.read_blob(digest)
@@ -664,15 +414,15 @@ class ContextEngine:
     async def list_records(self) -> list[ResolveRecord]:
         """The chat's resolve records, newest first."""
         async with self._session():
-            return await self._store.list_resolve_records(self._chat_id)
+            return await self._store.list_resolve_records(self.chat_id)
 
     # --- snapshots --------------------------------------------------------------------------
 
     async def snapshot(self, snapshot: ContextSnapshot) -> ContextSnapshot:
         """Store a context snapshot attached to the chat and the current head message.
 
-        Returns the stored, immutable copy (with its ``id``); the contents it holds are
-        written once by hash, however many snapshots or chats use them.
+        Returns the stored, immutable copy (with its ``id``); the contents it holds are written
+        once by hash, however many snapshots or chats use them.
         """
         if not isinstance(snapshot, ContextSnapshot):
             raise InvalidTypeError(
@@ -680,12 +430,12 @@ class ContextEngine:
             )
         async with self._session():
             head = await self._fresh_head()
-            return await self._store.save_snapshot(snapshot, chat_id=self._chat_id, message_id=head)
+            return await self._store.save_snapshot(snapshot, chat_id=self.chat_id, message_id=head)
 
     async def list_snapshots(self) -> list[ContextSnapshot]:
         """The chat's snapshots, newest first (without their contents)."""
         async with self._session():
-            return await self._store.list_snapshots(self._chat_id)
+            return await self._store.list_snapshots(self.chat_id)
 
     async def load_snapshot(
         self, snapshot_id: str, *, with_content: bool = False
@@ -695,14 +445,14 @@ class ContextEngine:
         v.check_bool(with_content, "with_content")
         async with self._session():
             found = await self._store.get_snapshot(snapshot_id, with_content=with_content)
-        if found is None or found.chat_id != self._chat_id:
-            raise NotFoundError(f"chat {self._chat_id!r} has no snapshot {snapshot_id!r}")
+        if found is None or found.chat_id != self.chat_id:
+            raise NotFoundError(f"chat {self.chat_id!r} has no snapshot {snapshot_id!r}")
         return found
 
     async def get_messages(self) -> list[Message]:
-        """The conversation as :meth:`resolve` returns it, without rendering the prompt."""
+        """The conversation as `resolve` returns it, without rendering the prompt."""
         async with self._session():
-            await self._sync()
+            await self._conv.sync()
             return self._compose()
 
     @staticmethod
@@ -723,7 +473,7 @@ class ContextEngine:
         for fragment in reversed(pending):
             if fragment.name == "assistant" and not is_lazy_fragment(fragment):
                 return message_of(fragment).id
-        for message in reversed(self._chain.messages):
+        for message in reversed(self._conv.chain.messages):
             if message.role == "assistant":
                 return message.id
         return None
@@ -747,7 +497,7 @@ class ContextEngine:
         return list(by_id.values())
 
     def _compose(self) -> list[Message]:
-        chain = self._chain
+        chain = self._conv.chain
         pending = self._pending_messages()
         if not pending and not chain.placeholders:
             return list(chain.messages)  # the common case: nothing to merge or leave out
@@ -769,257 +519,51 @@ class ContextEngine:
     async def save(self, *, branch: bool = True) -> SaveResult:
         """Store the pending messages as new nodes after the branch head, atomically.
 
-        A pending message whose id already exists in the chat:
+        A pending message whose id already exists in the chat with other content:
 
         - ``branch=True`` (default): the original stays intact; a new branch ``X-vN`` starts
-          at its parent and the message is saved there under a fresh id (in the record and
-          in the message alike). The engine moves to that branch.
+          at its parent and the message is saved there under a fresh id (in the record and in
+          the message alike). The engine moves to that branch.
         - ``branch=False``: it is updated in place (same id, same parent).
 
         Messages and the head move in one transaction. When another writer moved the head
         meanwhile, the turn is grafted onto the new head and retried (compare-and-swap);
-        :class:`~agentcontext.HeadConflictError` only after bounded retries. On any failure the
-        pending messages stay queued and the database is unchanged. Two pending messages with
-        one id are saved once: the later one's content at the earlier one's place.
+        `HeadConflictError` only after bounded retries. On any failure the pending messages
+        stay queued and the database is unchanged.
+
+        Saving again after a save whose outcome was lost (the call was cancelled or timed out,
+        or its connection dropped after the commit) stores nothing twice: messages stored
+        exactly as pending are recognised, and only what is new is written. Two pending
+        messages with one id are saved once: the later one's content at the earlier one's
+        place.
         """
         v.check_bool(branch, "branch")
         async with self._session():
-            assert self._branch is not None
             if not self._pending:
                 return SaveResult(head_message_id=self.head_message_id)
-            if self._chain.version is None:
-                await self._sync()
+            if self._conv.chain.version is None:
+                await self._conv.sync()
             messages = self._pending_messages()
-            result = await self._write_turn(messages, branch=branch)
+            result = await save_turn(self._conv, messages, branch=branch, lock=self._write_lock)
             self._pending.clear()
             return result
-
-    def _record_of(self, message: Message, parent_id: str | None) -> MessageRecord:
-        # Python mode, not JSON mode: JSON mode would silently turn NaN and infinity into null
-        # and stringify other values; the store refuses them with a SerializationError instead.
-        data = message.model_dump(exclude_none=True)
-        return MessageRecord(
-            id=message.id,
-            chat_id=self._chat_id,
-            parent_id=parent_id,
-            name=message.role,
-            type="message",
-            data=data,
-            created_at=utcnow(),
-        )
-
-    async def _write_turn(self, messages: list[Message], *, branch: bool) -> SaveResult:
-        assert self._branch is not None
-        chain = self._chain
-        expected = chain.head if chain.version is not None else self._branch.head_message_id
-        # Ids that may be updated in place: none when branching, else those known to exist.
-        on_chain = [message.id for message in messages if message.id in chain.index]
-        if branch and on_chain:
-            # Resending a message of the branch: fork from its parent (no store round trip,
-            # and no record that would name itself as its parent).
-            return await self._fork_for_update(messages, on_chain[0])
-        known: builtins.set[str] = builtins.set() if branch else builtins.set(on_chain)
-        async with self._write_lock:
-            return await self._attempt_writes(messages, expected, known, branch=branch)
-
-    async def _attempt_writes(
-        self,
-        messages: list[Message],
-        expected: str | None,
-        known: builtins.set[str],
-        *,
-        branch: bool,
-    ) -> SaveResult:
-        assert self._branch is not None
-        pending_ids = {message.id for message in messages}
-        ambiguous = False
-        for attempt in range(MAX_SAVE_ATTEMPTS):
-            if expected is not None and expected in pending_ids and expected not in known:
-                # Another writer stored one of these ids and made it the head meanwhile.
-                if branch:
-                    return await self._fork_for_update(messages, expected)
-                known.add(expected)
-            records = self._chained(messages, expected, known)
-            new_ids = [r.id for r in records if r.id not in known]
-            try:
-                if not new_ids:
-                    # branch=False and only in-place updates: the head does not move, but
-                    # another writer may have moved it since this engine last looked.
-                    await self._store.add_messages(records)
-                    self._apply_updates(records, messages)
-                    state = await self._store.get_branch_state(self._branch.id)
-                    if state is None:
-                        raise self._deleted_error()
-                    return SaveResult(head_message_id=state.branch.head_message_id)
-                result = await self._store.append_messages(
-                    self._branch.id,
-                    records,
-                    expected_head=expected,
-                    new_head=new_ids[-1],
-                    updates=known,
-                )
-            except StoreUnavailableError:
-                # The connection dropped: the write may or may not have committed.
-                ambiguous = True
-                if attempt >= 2:
-                    raise
-                await asyncio.sleep(0.05 * (attempt + 1))
-                continue
-            if result.ok:
-                await self._after_append(records, messages, result.version, expected, known)
-                return SaveResult(head_message_id=result.head_message_id)
-            if (ambiguous or result.existing) and await self._already_applied(
-                [r for r in records if r.id not in known], result.head_message_id
-            ):
-                await self._sync()  # fast-forward: this turn is on the branch already
-                return SaveResult(head_message_id=self.head_message_id)
-            if result.existing:
-                if branch:
-                    return await self._fork_for_update(messages, result.existing[0])
-                known.update(result.existing)  # in-place updates of messages off the chain
-                continue
-            # Another writer moved the head: graft the turn onto the new head and retry at
-            # once (the head just read is as fresh as it gets). After repeated losses to
-            # writers of other processes, back off with jitter, then read the head again.
-            expected = result.head_message_id
-            if attempt >= 2:
-                await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** (attempt - 2))))
-                state = await self._store.get_branch_state(self._branch.id)
-                if state is None:
-                    raise self._deleted_error()
-                expected = state.branch.head_message_id
-        raise HeadConflictError(
-            f"the head of branch {self._branch.name!r} kept moving: {MAX_SAVE_ATTEMPTS} "
-            "attempts lost the race to other writers. Nothing was written; the messages are "
-            "still pending, save again"
-        )
-
-    def _chained(
-        self, messages: list[Message], parent_id: str | None, known: builtins.set[str]
-    ) -> list[MessageRecord]:
-        """Records for ``messages``: updates keep their parent, new ones chain after
-        ``parent_id`` in order."""
-        chain = self._chain
-        records = []
-        for message in messages:
-            if message.id in known:
-                stored = (
-                    chain.records[chain.index[message.id]] if message.id in chain.index else None
-                )
-                records.append(self._record_of(message, stored.parent_id if stored else None))
-            else:
-                records.append(self._record_of(message, parent_id))
-                parent_id = message.id
-        return records
-
-    async def _already_applied(self, new: list[MessageRecord], head: str | None) -> bool:
-        """Whether exactly this turn is stored already (same parent) and on the branch.
-
-        True after a save whose commit was not acknowledged (a dropped connection), or when
-        another engine saved the very same turn. A resent message with an existing id is not
-        "already applied": its stored parent differs.
-        """
-        if not new or head is None:
-            return False
-        stored = await self._store.get_message(new[0].id)
-        if stored is None or stored.parent_id != new[0].parent_id:
-            return False
-        return await self._store.is_ancestor(new[-1].id, head)
-
-    def _apply_updates(self, records: list[MessageRecord], messages: list[Message]) -> None:
-        chain = self._chain
-        for record, message in zip(records, messages, strict=True):
-            if record.id in chain.index:
-                chain.replace(record, message)
-
-    async def _after_append(
-        self,
-        records: list[MessageRecord],
-        messages: list[Message],
-        version: int,
-        expected: str | None,
-        updates: builtins.set[str],
-    ) -> None:
-        chain = self._chain
-        if chain.version is None or chain.head != expected:
-            # Grafted onto a head this engine has not seen: catch up from the store.
-            await self._sync()
-            return
-        caught_up = chain.version == version - 1
-        for record, message in zip(records, messages, strict=True):
-            if record.id in chain.index:
-                chain.replace(record, message)
-            elif record.id not in updates:
-                chain.append(record, message)
-            # else: an in-place update of a message off this branch; the chain is unchanged.
-        if caught_up:
-            chain.version = version
-        # Otherwise keep the older version: the next sync fetches what others wrote since.
-
-    async def _fork_for_update(self, messages: list[Message], existing_id: str) -> SaveResult:
-        """branch=True and a pending id exists: a new branch from its parent, fresh ids.
-
-        The fork starts at the parent of the turn's *first* message that exists, which may
-        come before ``existing_id`` (stored off the cached chain, say by another engine);
-        that message and every one after it get fresh ids, so no stored message is written
-        over.
-        """
-        assert self._branch is not None
-        existing: MessageRecord | None = None
-        for message in messages:
-            existing = await self._store.get_message(message.id)
-            if existing is not None or message.id == existing_id:
-                break
-        if existing is None:  # deleted meanwhile; not possible through the engine
-            raise MessageNotFoundError(f"message {existing_id!r} does not exist")
-        if existing.chat_id != self._chat_id:
-            raise InvalidGraphError(
-                f"message id {existing.id!r} is used in another chat; message ids are global, "
-                "give the message a new id"
-            )
-        start = existing.parent_id
-        renamed: list[Message] = []
-        seen_existing = False
-        for message in messages:
-            if message.id == existing.id or seen_existing or message.id in self._chain.index:
-                seen_existing = True
-                message = message.model_copy(update={"id": new_message_id()})
-            renamed.append(message)
-        records: list[MessageRecord] = []
-        parent = start
-        for message in renamed:
-            records.append(self._record_of(message, parent))
-            parent = message.id
-        info = await self._store.fork_branch(
-            self._chat_id,
-            self._branch.name,
-            head_message_id=start,
-            activate=True,
-            messages=records,
-        )
-        self._branch = Branch.model_validate(info.model_dump(exclude={"message_count"}))
-        if self._chain.truncate(start):
-            # The version stays: the next sync fetches the fork's own rows (and anything
-            # else written since) and finds them in place.
-            for record, message in zip(records, renamed, strict=True):
-                self._chain.append(record, message)
-        else:
-            self._chain.invalidate()
-        return SaveResult(head_message_id=info.head_message_id)
 
     # --- streaming turns ----------------------------------------------------------------------
 
     async def begin_turn(self, user_fragment: ContextFragment) -> str:
         """Save a user message and an empty assistant placeholder; return the placeholder's id.
 
-        Stream the model's answer, then call :meth:`complete_turn` to fill the placeholder in
-        place. Empty placeholders never appear in :meth:`resolve`. Messages already pending are
-        saved first, in the same step. On failure nothing is saved and the pending queue is as
-        it was before the call.
+        Stream the model's answer, then call `complete_turn` to fill the placeholder in place.
+        Empty placeholders never appear in `resolve`. Messages already pending are saved first,
+        in the same step. On failure the pending queue is as it was before the call; calling
+        ``begin_turn`` again with the same fragment after a call whose outcome was lost
+        (cancelled, timed out) stores the turn once and returns the same placeholder id.
         """
         if not is_message_fragment(user_fragment):
             raise InvalidTypeError("begin_turn() takes a message fragment such as user('...')")
-        placeholder = new_message_id()
+        if is_lazy_fragment(user_fragment):
+            raise InvalidTypeError("begin_turn() takes a user message fragment such as user('...')")
+        placeholder = uuid.uuid5(_TURNS, message_of(user_fragment).id).hex
         queued = len(self._pending)
         self.set(user_fragment, assistant(Message(id=placeholder, role="assistant", parts=[])))
         try:
@@ -1028,7 +572,7 @@ class ContextEngine:
             # All or nothing: the queue is as before, so calling begin_turn() again is safe.
             del self._pending[queued:]
             raise
-        if placeholder not in self._chain.index and result.head_message_id is not None:
+        if placeholder not in self._conv.chain.index and result.head_message_id is not None:
             # The user message's id existed: save() forked a new branch and stored the turn
             # there under fresh ids; the placeholder, its last message, is the new head.
             placeholder = result.head_message_id
@@ -1036,7 +580,7 @@ class ContextEngine:
         return placeholder
 
     async def complete_turn(self, assistant_fragment: ContextFragment) -> SaveResult:
-        """Fill the placeholder of :meth:`begin_turn` with the assistant's answer, in place."""
+        """Fill the placeholder of `begin_turn` with the assistant's answer, in place."""
         if not is_message_fragment(assistant_fragment) or is_lazy_fragment(assistant_fragment):
             raise InvalidTypeError(
                 "complete_turn() takes an assistant message fragment such as assistant_text('...')"
@@ -1051,8 +595,9 @@ class ContextEngine:
             target = answer.id  # the answer names a turn of its own (several in flight)
         if target is None:
             async with self._session():
-                await self._sync()
-                last = self._chain.messages[-1] if self._chain.messages else None
+                await self._conv.sync()
+                chain = self._conv.chain
+                last = chain.messages[-1] if chain.messages else None
             if last is None or not is_empty_assistant_placeholder(last):
                 raise EmptyConversationError(
                     "no turn in progress: call begin_turn() first (the branch head is not an "
@@ -1070,51 +615,49 @@ class ContextEngine:
         return result
 
     def _is_cached_placeholder(self, message_id: str) -> bool:
-        position = self._chain.index.get(message_id)
-        return position is not None and is_empty_assistant_placeholder(
-            self._chain.messages[position]
-        )
+        chain = self._conv.chain
+        position = chain.index.get(message_id)
+        return position is not None and is_empty_assistant_placeholder(chain.messages[position])
 
     # --- branches and checkpoints -----------------------------------------------------------
 
     async def _fresh_head(self) -> str | None:
-        await self._sync()
-        return self._chain.head
+        await self._conv.sync()
+        return self._conv.chain.head
 
-    async def rewind(self, message_id: str) -> BranchInfo:
-        """Start a new branch ``X-vN`` at ``message_id`` and move to it.
+    async def rewind(self, message_id: str, *, name: str | None = None) -> BranchInfo:
+        """Start a new branch at ``message_id`` and move to it: ``name``, or ``X-vN`` after
+        the current branch ``X``.
 
-        The original branch is untouched; pending messages are dropped.
+        The original branch is untouched; pending messages are dropped. Returns the new
+        branch (its head is ``message_id``).
         """
         v.check_id(message_id, "message_id")
+        v.check_optional_id(name, "branch name")
         async with self._session():
-            return await self._rewind(message_id)
+            return await self._rewind(message_id, name)
 
-    async def _rewind(self, message_id: str) -> BranchInfo:
-        assert self._branch is not None
-        if message_id not in self._chain.index:
+    async def _rewind(self, message_id: str, name: str | None) -> BranchInfo:
+        conv = self._conv
+        assert conv.branch is not None
+        if message_id not in conv.chain.index:
             message = await self._store.get_message(message_id)
             if message is None:
-                await self._require_chat()
+                await conv.require_chat()
                 raise MessageNotFoundError(
-                    f"message {message_id!r} does not exist in chat {self._chat_id!r}"
+                    f"message {message_id!r} does not exist in chat {self.chat_id!r}"
                 )
-            if message.chat_id != self._chat_id:
+            if message.chat_id != self.chat_id:
                 raise InvalidGraphError(
-                    f"message {message_id!r} belongs to another chat, not {self._chat_id!r}"
+                    f"message {message_id!r} belongs to another chat, not {self.chat_id!r}"
                 )
         info = await self._store.fork_branch(
-            self._chat_id, self._branch.name, head_message_id=message_id, activate=True
+            self.chat_id, conv.branch.name, head_message_id=message_id, activate=True, name=name
         )
-        self._moved_to(info)
+        conv.moved_to(info)
         self._pending.clear()
         self._turn = None
         return info
-
-    def _moved_to(self, info: BranchInfo | Branch) -> None:
-        self._branch = Branch.model_validate(info.model_dump(exclude={"message_count"}))
-        if not self._chain.truncate(info.head_message_id):
-            self._chain.invalidate()
 
     async def checkpoint(self, name: str) -> Checkpoint:
         """Name the current head (moving an existing checkpoint of that name)."""
@@ -1125,55 +668,85 @@ class ContextEngine:
                 raise EmptyConversationError(
                     "cannot create a checkpoint: the branch has no messages yet; save first"
                 )
-            return await self._store.create_checkpoint(self._chat_id, name, head)
+            return await self._store.create_checkpoint(self.chat_id, name, head)
 
-    async def restore(self, name: str) -> BranchInfo:
-        """Start a new branch at a checkpoint's message and move to it (like :meth:`rewind`)."""
-        v.check_id(name, "checkpoint name")
+    async def restore(self, checkpoint: str, *, name: str | None = None) -> BranchInfo:
+        """Start a new branch at a checkpoint's message and move to it (like `rewind`)."""
+        v.check_id(checkpoint, "checkpoint name")
+        v.check_optional_id(name, "branch name")
         async with self._session():
-            checkpoint = await self._store.get_checkpoint(self._chat_id, name)
-            if checkpoint is None:
-                await self._require_chat()
+            found = await self._store.get_checkpoint(self.chat_id, checkpoint)
+            if found is None:
+                await self._conv.require_chat()
                 raise CheckpointNotFoundError(
-                    f"chat {self._chat_id!r} has no checkpoint named {name!r}"
+                    f"chat {self.chat_id!r} has no checkpoint named {checkpoint!r}"
                 )
-            return await self._rewind(checkpoint.message_id)
+            return await self._rewind(found.message_id, name)
 
     async def switch_branch(self, name: str) -> BranchInfo:
         """Make the branch ``name`` active and move to it; pending messages are dropped."""
         v.check_id(name, "branch name")
         async with self._session():
-            target = await self._store.get_branch(self._chat_id, name)
+            target = await self._store.get_branch(self.chat_id, name)
             if target is None:
-                await self._require_chat()
-                raise BranchNotFoundError(f"chat {self._chat_id!r} has no branch named {name!r}")
-            branch = await self._store.set_active_branch(self._chat_id, target.id)
-            self._moved_to(branch)
+                await self._conv.require_chat()
+                raise BranchNotFoundError(f"chat {self.chat_id!r} has no branch named {name!r}")
+            branch = await self._store.set_active_branch(self.chat_id, target.id)
+            self._conv.moved_to(branch)
             self._pending.clear()
             self._turn = None
             return await self._branch_info(branch)
 
     async def _branch_info(self, branch: Branch) -> BranchInfo:
-        for info in await self._store.list_branches(self._chat_id):
+        for info in await self._store.list_branches(self.chat_id):
             if info.id == branch.id:
                 return info
         raise BranchNotFoundError(f"branch {branch.name!r} disappeared")  # pragma: no cover
 
-    async def btw(self) -> BranchInfo:
-        """Fork a new branch at the current head without moving to it ("by the way").
+    async def btw(self, *, name: str | None = None) -> BranchInfo:
+        """Fork a new branch at the current head without moving to it ("by the way"):
+        ``name``, or ``X-vN`` after the current branch ``X``.
 
-        Pending messages stay queued for the current branch.
+        Pending messages stay queued for the current branch. A given name must be free
+        (`BranchExistsError`).
         """
+        v.check_optional_id(name, "branch name")
         async with self._session():
-            assert self._branch is not None
+            conv = self._conv
+            assert conv.branch is not None
             head = await self._fresh_head()
             if head is None:
                 raise EmptyConversationError(
                     "cannot fork with btw(): the branch has no messages yet; save first"
                 )
             return await self._store.fork_branch(
-                self._chat_id, self._branch.name, head_message_id=head, activate=False
+                self.chat_id, conv.branch.name, head_message_id=head, activate=False, name=name
             )
+
+    async def rename_branch(self, name: str, new_name: str) -> Branch:
+        """Rename a branch of the chat (the engine's own included); `BranchExistsError` if the
+        new name is taken."""
+        v.check_id(name, "branch name")
+        v.check_id(new_name, "new branch name")
+        async with self._session():
+            renamed = await self._store.rename_branch(self.chat_id, name, new_name)
+            conv = self._conv
+            if conv.branch is not None and conv.branch.id == renamed.id:
+                conv.branch = conv.branch.model_copy(update={"name": new_name})
+            return renamed
+
+    async def delete_branch(self, name: str) -> bool:
+        """Delete a branch of the chat, never the active one; its messages stay in the graph
+        (other branches and checkpoints still reach them). False if there was none."""
+        v.check_id(name, "branch name")
+        async with self._session():
+            conv = self._conv
+            if conv.branch is not None and conv.branch.name == name:
+                raise InvalidInputError(
+                    f"branch {name!r} is this engine's branch and cannot be deleted; switch to "
+                    "another branch first"
+                )
+            return await self._store.delete_branch(self.chat_id, name)
 
     # --- chat metadata ----------------------------------------------------------------------
 
@@ -1193,8 +766,8 @@ class ContextEngine:
             return ChatUpdate(**fields)
 
         async with self._session():
-            self._chat = await self._store.update_chat(self._chat_id, updater)
-            return self._chat
+            self._conv.chat = await self._store.update_chat(self.chat_id, updater)
+            return self._conv.chat
 
     async def track_usage(self, usage: Mapping[str, Any] | Any) -> Chat:
         """Add token usage to the chat's ``metadata["usage"]`` (numbers summed key by key).
@@ -1211,13 +784,13 @@ class ContextEngine:
             return ChatUpdate(metadata={**chat.metadata, "usage": total})
 
         async with self._session():
-            self._chat = await self._store.update_chat(self._chat_id, updater)
-            return self._chat
+            self._conv.chat = await self._store.update_chat(self.chat_id, updater)
+            return self._conv.chat
 
     # --- estimate and inspect ---------------------------------------------------------------
 
     async def estimate(self, model_id: str, *, renderer: ContextRenderer | None = None) -> Estimate:
-        """Tokens, cost and context fit of what :meth:`resolve` would send, offline."""
+        """Tokens, cost and context fit of what `resolve` would send, offline."""
         v.check_text(model_id, "model_id")
         renderer = self._check_renderer(renderer)
         async with self._session():
@@ -1225,7 +798,7 @@ class ContextEngine:
 
     async def _estimate(self, model_id: str, renderer: ContextRenderer) -> Estimate:
         fragments = await self._materialize()
-        await self._sync()
+        await self._conv.sync()
         return estimate_context(
             model_id,
             system_prompt=renderer.render(fragments),
@@ -1241,26 +814,31 @@ class ContextEngine:
             v.check_text(model_id, "model_id")
         renderer = self._check_renderer(renderer)
         async with self._session():
-            assert self._branch is not None
+            conv = self._conv
+            assert conv.branch is not None
             estimate = None if model_id is None else await self._estimate(model_id, renderer)
             fragments = await self._materialize()
             rendered = renderer.render(fragments)
-            await self._sync()
+            await conv.sync()
             pending = [
                 {"id": message.id, "name": message.role, "message": message.model_dump(mode="json")}
                 for message in self._pending_messages()
             ]
-            graph = await self._store.get_graph(self._chat_id)
+            persisted: list[MessageRecord] = (
+                []
+                if conv.chain.head is None
+                else await self._store.get_message_chain(conv.chain.head)
+            )
+            graph = await self._store.get_graph(self.chat_id)
             return InspectResult(
                 estimate=estimate,
                 rendered=rendered,
                 fragments=InspectFragments(
                     context=[_fragment_json(fragment) for fragment in fragments],
                     pending=pending,
-                    persisted=list(self._chain.records),
+                    persisted=persisted,
                 ),
                 graph=graph,
-                meta=InspectMeta(
-                    chat_id=self._chat_id, branch=self._branch.name, timestamp=utcnow()
-                ),
+                meta=InspectMeta(chat_id=self.chat_id, branch=conv.branch.name, timestamp=utcnow()),
             )
+

@@ -30,6 +30,7 @@ __all__ = [
     "SearchQueryError",
     "SerializationError",
     "SnapshotError",
+    "StoreClosedError",
     "StoreError",
     "StoreUnavailableError",
 ]
@@ -152,6 +153,10 @@ class StoreError(ContextError):
 
 class StoreUnavailableError(StoreError):
     """The database cannot be reached. The message shows the URL with its password hidden."""
+
+
+class StoreClosedError(StoreError):
+    """The store was closed; create a new one."""
 
 
 class SchemaOutdatedError(StoreError):

@@ -19,7 +19,7 @@ from agentcontext import (
     user,
 )
 from agentcontext.fragments import is_empty_assistant_placeholder
-from agentcontext.store import MessageRecord, SqlContextStore
+from agentcontext.store import ChainRows, MessageRecord, SqlContextStore
 from tests.engine._util import texts
 from tests.engine.conftest import EngineFactory
 from tests.helpers import rec
@@ -256,13 +256,13 @@ async def test_rewinds_back_and_forth_along_one_chain(
     await a.save()
     await a.resolve()
     loads: list[str] = []
-    load_chain = store.get_message_chain
+    load_chain = store.load_chain_rows
 
-    async def counting(head_id: str, **options: Any) -> list[MessageRecord]:
+    async def counting(chat_id: str, head_id: str, **options: Any) -> ChainRows:
         loads.append(head_id)
-        return await load_chain(head_id, **options)
+        return await load_chain(chat_id, head_id, **options)
 
-    monkeypatch.setattr(store, "get_message_chain", counting)
+    monkeypatch.setattr(store, "load_chain_rows", counting)
     await a.rewind("m6")
     await a.rewind("m3")  # main-v2-v2
     seen = {}
@@ -287,19 +287,19 @@ async def test_cold_engine_loads_once_then_catches_up_incrementally(
     await writer.save()
     changes: list[int] = []
     loads: list[str] = []
-    get_changes, load_chain = store.get_changes, store.get_message_chain
+    get_changes, load_chain = store.get_changes, store.load_chain_rows
 
     async def counting_changes(chat_id: str, since_version: int) -> list[MessageRecord]:
         found = await get_changes(chat_id, since_version)
         changes.append(len(found))
         return found
 
-    async def counting_loads(head_id: str, **options: Any) -> list[MessageRecord]:
+    async def counting_loads(chat_id: str, head_id: str, **options: Any) -> ChainRows:
         loads.append(head_id)
-        return await load_chain(head_id, **options)
+        return await load_chain(chat_id, head_id, **options)
 
     monkeypatch.setattr(store, "get_changes", counting_changes)
-    monkeypatch.setattr(store, "get_message_chain", counting_loads)
+    monkeypatch.setattr(store, "load_chain_rows", counting_loads)
     reader = make_engine()
     await reader.resolve()
     assert loads == ["m19"]

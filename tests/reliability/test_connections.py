@@ -143,7 +143,7 @@ async def test_a_stopped_server_fails_fast_and_recovers(pg_url: str) -> None:
     url = target.set(port=proxy.port, password="hunter2-secret").render_as_string(
         hide_password=False
     )
-    async with SqlContextStore(url, postgres_connect_timeout=3) as store:
+    async with SqlContextStore(url, connect_timeout=3) as store:
         engine = ContextEngine(store=store, chat_id="c", user_id="u")
         engine.set(user("before"), assistant_text("ok"))
         await engine.save()

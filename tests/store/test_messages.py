@@ -89,8 +89,8 @@ async def test_chain_is_root_first_and_after_gives_the_suffix(
     await store.add_message(rec("side", chat, parent_id="m1"))
     with pytest.raises(errors.InvalidGraphError, match="not an ancestor"):
         await store.get_message_chain("m5", after="side")
-    with pytest.raises(errors.MessageNotFoundError):
-        await store.get_message_chain("nope")
+    # DESIGN.md §2.5: an unknown head has an empty chain (the original's behaviour).
+    assert await store.get_message_chain("nope") == []
 
 
 async def test_chain_of_100_000_messages_loads_completely(

@@ -136,26 +136,6 @@ async def test_user_wide_search_names_chats_and_respects_owners(seeded: SqlConte
     assert await seeded.search_user_messages("nobody", "fox") == []
 
 
-async def test_the_driver_level_path_reads_what_sqlalchemy_reads(seeded: SqlContextStore) -> None:
-    # File SQLite and PostgreSQL run search on the bare driver; the in-memory store (and this
-    # test, with the reader switched off) through SQLAlchemy. Both must give the same records.
-    calls = [
-        lambda: seeded.search_messages("c1", "fox"),
-        lambda: seeded.search_messages("c1", "fox", roles=["assistant", "tool"]),
-        lambda: seeded.search_user_messages("u1", "fox", roles=["user"], limit=3),
-    ]
-    fast = [await call() for call in calls]
-    reader, seeded._reader = seeded._reader, None
-    try:
-        slow = [await call() for call in calls]
-    finally:
-        seeded._reader = reader
-    assert fast == slow
-    assert all(results for results in fast)
-    first = fast[0][0].message
-    assert first.created_at.tzinfo is not None and isinstance(first.data, dict)
-
-
 async def test_search_in_unknown_chat_raises(seeded: SqlContextStore) -> None:
     with pytest.raises(errors.ChatNotFoundError):
         await seeded.search_messages("nope", "fox")

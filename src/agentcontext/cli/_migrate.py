@@ -22,7 +22,7 @@ from agentcontext.errors import (
 )
 from agentcontext.store import SqlContextStore
 from agentcontext.store import _migrate as m
-from agentcontext.store._dialect import is_connection_error
+from agentcontext.store._database import is_connection_error
 
 __all__ = ["register"]
 

@@ -1,19 +1,23 @@
 """Stores: where the conversation graph lives.
 
 ``SqlContextStore`` keeps it in SQLite or PostgreSQL; ``InMemoryContextStore`` in an SQLite
-in-memory database. Both implement the abstract :class:`ContextStore`.
+in-memory database. Both implement the abstract `ContextStore`; the part of it the engine uses
+is `EngineStore`.
 """
 
 from __future__ import annotations
 
-from agentcontext.store.base import AppendResult, ContextStore
+from agentcontext.store._options import StoreOptions
+from agentcontext.store.base import AppendResult, ContextStore, EngineStore
 from agentcontext.store.records import (
     Branch,
     BranchInfo,
     BranchState,
+    ChainRows,
     Chat,
     ChatExport,
     ChatInfo,
+    ChatState,
     ChatUpdate,
     Checkpoint,
     ExportedBlob,
@@ -30,12 +34,15 @@ __all__ = [
     "Branch",
     "BranchInfo",
     "BranchState",
+    "ChainRows",
     "Chat",
     "ChatExport",
     "ChatInfo",
+    "ChatState",
     "ChatUpdate",
     "Checkpoint",
     "ContextStore",
+    "EngineStore",
     "ExportedBlob",
     "Graph",
     "GraphNode",
@@ -44,4 +51,5 @@ __all__ = [
     "ResolveRecord",
     "SearchResult",
     "SqlContextStore",
+    "StoreOptions",
 ]

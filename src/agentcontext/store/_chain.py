@@ -6,82 +6,125 @@ data is detected instead of looped over.
 
 Two plans, chosen per call:
 
-- *chat scan*: when the chain holds at least half of the chat's messages (the usual, mostly
-  linear conversation), read the chat's messages with one indexed query and follow the parent
-  links in memory; JSON is decoded only for the rows on the chain;
-- *recursive walk*: otherwise, a recursive CTE follows ``parent_id`` from the head.
+- *range scan*: when the chain holds at least half of the chat's messages (the usual, mostly
+  linear conversation), read the chat's messages in the chain's depth range with one indexed
+  query and follow the parent links in memory;
+- *recursive walk*: otherwise (a short tail of a long chat, a branch among many), a recursive
+  query follows ``parent_id`` from the head.
+
+Two shapes: records (``get_message_chain``) and, for the engine, :class:`ChainRows` holding each
+message's JSON text undecoded, which the engine validates into messages in one pass.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
-from sqlalchemy import DateTime, Text, cast, func, literal, select, text, type_coerce
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Connection, and_, bindparam, literal, select, text
 
-from agentcontext._validate import loads
-from agentcontext.errors import InvalidGraphError, MessageNotFoundError
+from agentcontext.errors import InvalidGraphError
 from agentcontext.store import _rows
+from agentcontext.store._dialects import Dialect
 from agentcontext.store._schema import messages as M
-from agentcontext.store.records import MessageRecord
+from agentcontext.store.records import ChainRows, MessageRecord
 
-_loads = loads
+__all__ = ["head_info", "load_records", "load_rows"]
 
-# The chat scan in plain SQL: one indexed query, no per-column type processing.
-_SCAN = {
-    "sqlite": text(
-        "SELECT id, chat_id, parent_id, name, type, data, created_at, depth "
-        "FROM messages WHERE chat_id = :chat_id"
-    ),
-    "postgresql": text(
-        "SELECT id, chat_id, parent_id, name, type, data::text, created_at, depth "
-        "FROM messages WHERE chat_id = :chat_id"
-    ),
-}
-_fromisoformat = datetime.fromisoformat
+_STATEMENTS: dict[tuple[str, str, str], Any] = {}
 
 
-def _data_as_text(column: Any, dialect_name: str) -> Any:
-    # The JSON column as its raw text, so only the rows kept are decoded.
-    return cast(column, Text)
+def _columns(dialect: Dialect, shape: str, m: Any) -> list[Any]:
+    """The columns of each shape; the parent link and the depth always come last."""
+    data = dialect.raw_json(m.c.data)
+    if shape == "rows":
+        return [m.c.id, data, m.c.parent_id, m.c.depth]
+    return [
+        m.c.id,
+        m.c.chat_id,
+        m.c.name,
+        m.c.type,
+        data,
+        dialect.raw_time(m.c.created_at),
+        m.c.parent_id,
+        m.c.depth,
+    ]
 
 
-def _raw_timestamp(column: Any, dialect_name: str) -> Any:
-    # The timestamp as the driver returns it (ISO text on SQLite, an aware UTC datetime from
-    # asyncpg), skipping the per-row type-decorator call.
-    if dialect_name == "postgresql":
-        return type_coerce(column, DateTime(timezone=True))
-    return cast(column, Text)
+def _statement(dialect: Dialect, shape: str, plan: str) -> Any:
+    """The statement of a shape and plan, built once per dialect."""
+    key = (dialect.name, shape, plan)
+    found = _STATEMENTS.get(key)
+    if found is None:
+        if plan == "scan":
+            found = select(*_columns(dialect, shape, M)).where(
+                M.c.chat_id == bindparam("chat_id"),
+                M.c.depth > bindparam("stop_depth"),
+                M.c.depth <= bindparam("head_depth"),
+            )
+        else:
+            chain = (
+                select(M.c.id, literal(1).label("n"))
+                .where(M.c.id == bindparam("head_id"))
+                .cte("chain", recursive=True)
+            )
+            parent = M.alias("p")
+            chain = chain.union_all(
+                select(parent.c.parent_id, chain.c.n + 1)
+                .join_from(chain, parent, parent.c.id == chain.c.id)
+                .where(chain.c.n < bindparam("expected"), parent.c.parent_id.is_not(None))
+            )
+            found = (
+                select(*_columns(dialect, shape, M))
+                .join_from(
+                    chain, M, and_(M.c.id == chain.c.id, M.c.chat_id == bindparam("chat_id"))
+                )
+                .order_by(chain.c.n)
+            )
+        _STATEMENTS[key] = found
+    return found
 
 
-async def load_chain(
-    conn: AsyncConnection, dialect_name: str, head_id: str, *, after: str | None = None
-) -> list[MessageRecord]:
-    """The chain ending at ``head_id`` (root first), or only the part after ``after``."""
-    same = M.alias("same_chat")
-    chat_size_query = (
-        select(func.count()).select_from(same).where(same.c.chat_id == M.c.chat_id)
-    ).scalar_subquery()
-    head_row = (
-        await conn.execute(select(M.c.chat_id, M.c.depth, chat_size_query).where(M.c.id == head_id))
+def head_info(conn: Connection, head_id: str) -> tuple[str, int, int] | None:
+    """``(chat_id, depth, chat message count)`` of a message, or None."""
+    row = conn.execute(
+        text(
+            "SELECT m.chat_id, m.depth, c.message_count FROM messages AS m "
+            "JOIN chats AS c ON c.id = m.chat_id WHERE m.id = :head_id"
+        ),
+        {"head_id": head_id},
     ).first()
-    if head_row is None:
-        raise MessageNotFoundError(f"message {head_id!r} does not exist")
-    chat_id, head_depth, chat_size = head_row
-    stop_depth = 0
-    if after is not None:
-        if after == head_id:
-            return []
-        anchor = (await conn.execute(select(M.c.chat_id, M.c.depth).where(M.c.id == after))).first()
-        if anchor is None:
-            raise MessageNotFoundError(f"message {after!r} does not exist")
-        if anchor[0] != chat_id or anchor[1] >= head_depth:
-            raise InvalidGraphError(f"message {after!r} is not an ancestor of {head_id!r}")
-        stop_depth = anchor[1]
+    return None if row is None else (row[0], int(row[1]), int(row[2]))
+
+
+def _stop_depth(conn: Connection, chat_id: str, head_id: str, head_depth: int, after: str) -> int:
+    row = conn.execute(
+        text("SELECT chat_id, depth FROM messages WHERE id = :id"), {"id": after}
+    ).first()
+    if row is None or row[0] != chat_id or int(row[1]) >= head_depth:
+        raise InvalidGraphError(f"message {after!r} is not an ancestor of {head_id!r}")
+    return int(row[1])
+
+
+def _pick(
+    conn: Connection,
+    dialect: Dialect,
+    shape: str,
+    chat_id: str,
+    head_id: str,
+    head_depth: int,
+    chat_size: int,
+    stop_depth: int,
+    after: str | None,
+) -> list[Any]:
+    """The chain's rows, head first, checked."""
     expected = head_depth - stop_depth
+    if expected <= 0:
+        return []
     if expected * 2 >= chat_size:
-        rows = (await conn.execute(_SCAN[dialect_name], {"chat_id": chat_id})).all()
+        rows = conn.execute(
+            _statement(dialect, shape, "scan"),
+            {"chat_id": chat_id, "stop_depth": stop_depth, "head_depth": head_depth},
+        ).all()
         by_id = {row[0]: row for row in rows}
         picked: list[Any] = []
         current: str | None = head_id
@@ -90,74 +133,18 @@ async def load_chain(
             if row is None:
                 break
             picked.append(row)
-            current = row[2]
+            current = row[-2]
     else:
-        picked = await _walk(conn, dialect_name, head_id, expected)
-    _check(picked, head_id, after, expected, head_depth, chat_id)
-    picked.reverse()
-    make, decode, parse = _rows.message_of, _loads, _fromisoformat
-    with _rows.gc_paused():
-        return [
-            make(
-                row[0],
-                row[1],
-                row[2],
-                row[3],
-                row[4],
-                None if row[5] is None else decode(row[5]),
-                parse(row[6]) if row[6].__class__ is str else row[6],
+        picked = list(
+            conn.execute(
+                _statement(dialect, shape, "walk"),
+                {"head_id": head_id, "expected": expected, "chat_id": chat_id},
             )
-            for row in picked
-        ]
-
-
-async def _walk(conn: AsyncConnection, dialect_name: str, head_id: str, expected: int) -> list[Any]:
-    base = (
-        select(
-            M.c.id,
-            M.c.chat_id,
-            M.c.parent_id,
-            M.c.name,
-            M.c.type,
-            _data_as_text(M.c.data, dialect_name).label("data"),
-            _raw_timestamp(M.c.created_at, dialect_name).label("created_at"),
-            M.c.depth,
-            literal(1).label("n"),
         )
-        .where(M.c.id == head_id)
-        .cte("chain", recursive=True)
+    consistent = len(picked) == expected and all(
+        int(row[-1]) == head_depth - i for i, row in enumerate(picked)
     )
-    parent = M.alias("parent")
-    step = select(
-        parent.c.id,
-        parent.c.chat_id,
-        parent.c.parent_id,
-        parent.c.name,
-        parent.c.type,
-        _data_as_text(parent.c.data, dialect_name),
-        _raw_timestamp(parent.c.created_at, dialect_name),
-        parent.c.depth,
-        base.c.n + 1,
-    ).where(parent.c.id == base.c.parent_id, base.c.n < expected)
-    chain = base.union_all(step)
-    rows = list((await conn.execute(select(chain))).all())
-    if any(rows[i][8] != i + 1 for i in range(len(rows))):
-        rows.sort(key=lambda r: r[8])
-    return rows
-
-
-def _check(
-    rows: list[Any],
-    head_id: str,
-    after: str | None,
-    expected: int,
-    head_depth: int,
-    chat_id: str,
-) -> None:
-    consistent = len(rows) == expected and all(
-        row[1] == chat_id and row[7] == head_depth - i for i, row in enumerate(rows)
-    )
-    if consistent and rows and rows[-1][2] != after:
+    if consistent and picked and picked[-1][-2] != after:
         if after is None:
             consistent = False
         else:
@@ -167,3 +154,56 @@ def _check(
             f"the stored chain ending at {head_id!r} is inconsistent (a cycle, a broken parent "
             "link, or a message of another chat); the database was changed outside agentcontext"
         )
+    return picked
+
+
+def load_records(
+    conn: Connection, dialect: Dialect, head_id: str, *, after: str | None = None
+) -> list[MessageRecord]:
+    """The chain ending at ``head_id`` as records (root first); ``[]`` for an unknown head."""
+    info = head_info(conn, head_id)
+    if info is None:
+        return []
+    chat_id, head_depth, chat_size = info
+    stop = 0
+    if after is not None:
+        if after == head_id:
+            return []
+        stop = _stop_depth(conn, chat_id, head_id, head_depth, after)
+    picked = _pick(conn, dialect, "records", chat_id, head_id, head_depth, chat_size, stop, after)
+    picked.reverse()
+    make, decode_json, decode_time = _rows.message_of, dialect.decode_json, dialect.decode_time
+    with _rows.gc_paused():
+        return [
+            make(row[0], row[1], row[6], row[2], row[3], decode_json(row[4]), decode_time(row[5]))
+            for row in picked
+        ]
+
+
+def load_rows(
+    conn: Connection,
+    dialect: Dialect,
+    chat_id: str,
+    head_id: str,
+    *,
+    head_depth: int | None = None,
+    chat_size: int | None = None,
+    stop_depth: int = 0,
+    stop_at: str | None = None,
+) -> ChainRows:
+    """The engine's shape: ids, parents and JSON texts of the chain (root first), only the
+    part deeper than ``stop_depth`` (whose first message's parent is ``stop_at``)."""
+    if head_depth is None or chat_size is None:
+        info = head_info(conn, head_id)
+        if info is None or info[0] != chat_id:
+            raise InvalidGraphError(f"message {head_id!r} is not a message of chat {chat_id!r}")
+        _, head_depth, chat_size = info
+    picked = _pick(
+        conn, dialect, "rows", chat_id, head_id, head_depth, chat_size, stop_depth, stop_at
+    )
+    picked.reverse()
+    return ChainRows(
+        ids=[row[0] for row in picked],
+        data=[row[1] for row in picked],
+        parent_ids=[row[2] for row in picked],
+    )

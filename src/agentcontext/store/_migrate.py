@@ -1,7 +1,8 @@
 """Running the Alembic migrations: from the store (inside its event loop) or the command line.
 
 The script directory ships inside the wheel (``agentcontext/migrations``); in a source checkout
-it is the top-level ``migrations/`` directory.
+it is the top-level ``migrations/`` directory. Alembic is imported only when a migration runs:
+a store opening an up-to-date database reads the revision with one plain query.
 """
 
 from __future__ import annotations
@@ -9,18 +10,26 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, make_url
+from sqlalchemy import Connection, column, make_url, select, table
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
-from agentcontext.store._dialect import WRITE_OPTION, Dialect, create_engine, dialect_for
+from agentcontext.errors import SchemaOutdatedError
+from agentcontext.store._dialects import BEGIN_OPTION, dialect_for
 from agentcontext.store._schema import VERSION_TABLE, Base
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+    from agentcontext.store._database import Database
+
+HEAD_REVISION = "0003"
+"""The newest revision of the packaged migrations (a test checks it against Alembic's)."""
+
+MigrateMode = Literal["auto"] | bool
 
 
 def script_location() -> Path:
@@ -36,6 +45,8 @@ def script_location() -> Path:
 
 def make_config(url: str | None = None) -> Config:
     """An Alembic config for the packaged migrations (no alembic.ini needed)."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(script_location()))
     if url:
@@ -45,7 +56,9 @@ def make_config(url: str | None = None) -> Config:
 
 @functools.cache
 def head_revision() -> str:
-    """The newest revision of the packaged migrations."""
+    """The newest revision of the packaged migrations, as Alembic computes it."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(make_config()).get_current_head()
     assert head is not None
     return head
@@ -64,13 +77,28 @@ def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
 
 def current_revision(connection: Connection) -> str | None:
     """The revision the database is at, or None for an empty database."""
+    from alembic.runtime.migration import MigrationContext
+
     context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
     return context.get_current_revision()
 
 
+def _read_revision(connection: Connection) -> str | None:
+    """The revision with one query (no Alembic); None without a version table."""
+    try:
+        rows: list[Any] = list(
+            connection.execute(select(column("version_num")).select_from(table(VERSION_TABLE)))
+        )
+    except DBAPIError:
+        return None
+    return rows[0][0] if len(rows) == 1 else None
+
+
 def upgrade_in_transaction(connection: Connection, revision: str = "head") -> None:
     """Upgrade on a connection inside a write transaction, holding the migration lock."""
-    Dialect(connection.dialect.name).take_migration_lock(connection)
+    from alembic import command
+
+    dialect_for(connection.dialect.name).take_migration_lock(connection)
     config = make_config()
     config.attributes["connection"] = connection
     command.upgrade(config, revision)
@@ -78,7 +106,9 @@ def upgrade_in_transaction(connection: Connection, revision: str = "head") -> No
 
 def downgrade_in_transaction(connection: Connection, revision: str) -> None:
     """Downgrade on a connection inside a write transaction, holding the migration lock."""
-    Dialect(connection.dialect.name).take_migration_lock(connection)
+    from alembic import command
+
+    dialect_for(connection.dialect.name).take_migration_lock(connection)
     config = make_config()
     config.attributes["connection"] = connection
     command.downgrade(config, revision)
@@ -87,15 +117,17 @@ def downgrade_in_transaction(connection: Connection, revision: str) -> None:
 async def run_in_write_transaction(engine: AsyncEngine, fn: Callable[[Connection], Any]) -> Any:
     """Run ``fn(sync_connection)`` in one write transaction (SQLite: BEGIN IMMEDIATE)."""
     async with engine.connect() as conn:
-        await conn.execution_options(**{WRITE_OPTION: True})
+        await conn.execution_options(**{BEGIN_OPTION: "immediate"})
         async with conn.begin():
             return await conn.run_sync(fn)
 
 
 async def run_with_new_engine(url: str, fn: Callable[[Connection], Any]) -> Any:
     """For ``alembic`` on the command line: a throw-away engine, one locked write transaction."""
-    engine = create_engine(make_url(url), poolclass=NullPool)
-    dialect = dialect_for(engine)
+    from agentcontext.store._options import StoreOptions, make_engine
+
+    engine = make_engine(make_url(url), StoreOptions(engine_options={"poolclass": NullPool}))
+    dialect = dialect_for(engine.dialect.name)
 
     def locked(connection: Connection) -> Any:
         dialect.take_migration_lock(connection)
@@ -105,3 +137,41 @@ async def run_with_new_engine(url: str, fn: Callable[[Connection], Any]) -> Any:
         return await run_in_write_transaction(engine, locked)
     finally:
         await engine.dispose()
+
+
+def outdated_message(url: str, current: str | None, head: str) -> str:
+    """What :class:`~agentcontext.SchemaOutdatedError` says, with the command to run."""
+    state = "has no agentcontext schema" if current is None else f"is at revision {current}"
+    return (
+        f"the database at {url} {state}; this version of agentcontext needs "
+        f"revision {head}. Upgrade it with: agentcontext migrate upgrade --url '{url}' "
+        "(or use SqlContextStore(..., migrate='auto'))"
+    )
+
+
+async def prepare_schema(db: Database, mode: MigrateMode) -> None:
+    """Check the schema and, with ``migrate="auto"``, upgrade it to the newest revision.
+
+    Safe when several processes start at once: the upgrade runs in one write transaction under
+    the migration lock, and each process checks the revision again inside it.
+    """
+    try:
+        async with db.engine.connect() as conn:
+            await conn.execution_options(**{BEGIN_OPTION: "none"})
+            current = await conn.run_sync(_read_revision)
+    except Exception as exc:
+        raise db.translate(exc) from exc
+    if current == HEAD_REVISION:
+        return
+    if mode is False:
+        raise SchemaOutdatedError(outdated_message(db.url, current, HEAD_REVISION))
+    try:
+        await run_in_write_transaction(db.engine, upgrade_in_transaction)
+    except Exception as exc:
+        if "Can't locate revision" in str(exc) or "No such revision" in str(exc):
+            raise SchemaOutdatedError(
+                f"the database at {db.url} is at revision {current!r}, which this version "
+                "of agentcontext does not know: it was migrated by a newer version. "
+                "Upgrade agentcontext."
+            ) from None
+        raise db.translate(exc) from exc

@@ -14,12 +14,10 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from agentcontext._validate import loads
 from agentcontext.store.records import Branch, Chat, Checkpoint, MessageRecord
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -89,27 +87,6 @@ def gc_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
-
-
-def decode_message_row(row: Any, sqlite: bool) -> tuple[Any, ...]:
-    """A raw driver row (id, chat_id, parent_id, name, type, data, created_at, ...) with its
-    JSON data decoded and its time parsed, as SQLAlchemy's column types would."""
-    created = row[6]
-    if sqlite:
-        created = datetime.fromisoformat(created)
-    elif created.tzinfo is not UTC:
-        created = created.astimezone(UTC)
-    data = row[5]
-    return (
-        row[0],
-        row[1],
-        row[2],
-        row[3],
-        row[4],
-        None if data is None else loads(data),
-        created,
-        *row[7:],
-    )
 
 
 def message(row: Any) -> MessageRecord:

@@ -1,8 +1,9 @@
 """The database schema: SQLAlchemy 2.0 typed models, the single source the migrations match.
 
-Full-text search needs objects SQLAlchemy cannot model (an FTS5 virtual table and its
-triggers on SQLite, an expression GIN index on PostgreSQL); they are declared in
-:mod:`agentcontext.store._dialect` and created by the migrations.
+Two SQLite objects SQLAlchemy cannot model are created by the migrations only: the
+contentless FTS5 table ``messages_fts`` (the search tokens of each message, by ``seq``) and
+the view ``message_appends`` whose ``INSTEAD OF INSERT`` trigger appends messages and moves a
+branch head in one statement (see ``migrations/versions/0003_one_path.py``).
 """
 
 from __future__ import annotations
@@ -26,11 +27,9 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
-    func,
-    literal_column,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import BIT, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
@@ -152,9 +151,10 @@ class MessageRow(Base):
     ``seq`` is an internal surrogate key (the SQLite rowid the FTS index points at, and a
     stable insertion order). ``depth`` is the length of the chain ending at this message
     (a root has depth 1): it bounds chain walks and makes branch lengths free to read.
-    ``search_text`` is the text the full-text index covers (text and reasoning parts and
-    tool names), extracted when the message is written. ``version`` lets an engine that holds
-    a chain in memory fetch only what changed since it last looked.
+    ``search_sig`` is, on PostgreSQL, a bloom signature of the message's search tokens
+    (see ``_tokenizer``); SQLite keeps the tokens in its FTS5 table instead and leaves it
+    NULL. ``version`` lets an engine that holds a chain in memory fetch only what changed
+    since it last looked.
     """
 
     __tablename__ = "messages"
@@ -169,27 +169,30 @@ class MessageRow(Base):
     name: Mapped[str] = mapped_column(String(255))
     type: Mapped[str] = mapped_column(String(64))
     data: Mapped[Any] = mapped_column(JSONDocument, nullable=True)
-    search_text: Mapped[str] = mapped_column(Text, server_default="")
+    search_sig: Mapped[Any] = mapped_column(
+        LargeBinary().with_variant(BIT(varying=True), "postgresql"), nullable=True
+    )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     version: Mapped[int] = mapped_column(BigInteger)
     """The chat's version when this row was last written (inserted or updated in place)."""
 
     __table_args__ = (
-        Index("ix_messages_chat_id_parent_id", "chat_id", "parent_id"),
+        # Chain loads: a chat's messages, or the part of a chain below a depth.
+        Index("ix_messages_chat_id_depth", "chat_id", "depth"),
+        # The change feed of engines holding a chain in memory.
         Index("ix_messages_chat_id_version", "chat_id", "version"),
-        # Foreign-key checks on delete look children up by parent alone.
+        # Children of a message (foreign-key checks on delete look them up by parent alone).
         Index("ix_messages_parent_id", "parent_id"),
-        # PostgreSQL full-text index; SQLite uses the FTS5 table of _dialect instead.
-        Index(
-            "ix_messages_search_text_tsv",
-            func.to_tsvector(literal_column("'simple'"), text("search_text")),
-            postgresql_using="gin",
-        ).ddl_if(dialect="postgresql"),
     )
 
 
 class BranchRow(Base):
-    """A named pointer to a head message; a partial unique index keeps one active per chat."""
+    """A named pointer to a head message; a partial unique index keeps one active per chat.
+
+    ``head_depth`` is the depth of the head message (0 for an empty branch), moved with the
+    head: an append reads it from the branch row it locks anyway, so a save needs no lookup of
+    its parent, and a branch's length is known without reading its messages.
+    """
 
     __tablename__ = "branches"
 
@@ -197,6 +200,7 @@ class BranchRow(Base):
     chat_id: Mapped[str] = mapped_column(String(255), ForeignKey("chats.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(String(255))
     head_message_id: Mapped[str | None] = mapped_column(String(255), ForeignKey("messages.id"))
+    head_depth: Mapped[int] = mapped_column(Integer, server_default="0")
     is_active: Mapped[bool] = mapped_column(
         Boolean(create_constraint=False), server_default=false()
     )

@@ -1,145 +1,122 @@
-"""Full-text search (one meaning on every backend) and the whole-graph view."""
+"""Full-text search with one meaning on every backend.
+
+The backend only proposes *candidates*, newest first: SQLite from its FTS5 table (exact
+matches), PostgreSQL by testing each message's bloom signature (which may over-match). Here,
+in Python and the same on every backend, each candidate's tokens are checked against the
+query, the newest :func:`window` matches are ranked (``_tokenizer.score``; ties go to the newer
+message), and snippets are cut (``_text.snippet``). Both backends therefore return the same
+messages in the same order, with the same ranks and snippets.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from sqlalchemy import and_, bindparam, select
+from sqlalchemy import Connection, select
 
-from agentcontext import _validate as v
-from agentcontext.store import _rows, _text
-from agentcontext.store._fastpath import RawQuery
-from agentcontext.store._schema import chats as C
+from agentcontext._validate import loads
+from agentcontext.store import _rows, _text, _tokenizer
+from agentcontext.store._dialects import Dialect
 from agentcontext.store._schema import messages as M
-from agentcontext.store._snapshots import SnapshotsMixin
-from agentcontext.store.records import Graph, GraphNode, SearchResult
+from agentcontext.store.records import SearchResult
 
-_SEARCHES: dict[tuple[str, str, str, bool], tuple[Any, RawQuery]] = {}
-"""Search statements (and their compiled SQL) by dialect, driver, scope and roles filter."""
+__all__ = ["record_tokens", "search", "unindex_chat", "window"]
+
+WINDOW = 100
+"""At least this many of the newest matches are ranked (more for a larger ``limit``)."""
+
+_NO_SEQ_BOUND = 2**62
 
 
-class SearchMixin(SnapshotsMixin):
-    """The search and graph methods of :class:`~agentcontext.SqlContextStore`."""
+def window(limit: int) -> int:
+    """How many of the newest matches are ranked for a search returning ``limit`` hits."""
+    return max(WINDOW, 4 * limit)
 
-    async def search_messages(
-        self,
-        chat_id: str,
-        query: str,
-        *,
-        roles: Sequence[str] | None = None,
-        limit: int = 20,
-    ) -> list[SearchResult]:
-        v.check_id(chat_id, "chat_id")
-        return await self._search("chat", chat_id, query, roles, limit)
 
-    async def search_user_messages(
-        self,
-        user_id: str,
-        query: str,
-        *,
-        roles: Sequence[str] | None = None,
-        limit: int = 20,
-    ) -> list[SearchResult]:
-        v.check_id(user_id, "user_id")
-        return await self._search("user", user_id, query, roles, limit)
+def record_tokens(data: Any) -> list[str]:
+    """The search tokens of a stored message's data."""
+    return _tokenizer.tokens(_text.search_text(data)) if data is not None else []
 
-    def _search_statement(
-        self, scope: Literal["chat", "user"], with_roles: bool
-    ) -> tuple[Any, RawQuery]:
-        """The search query for a scope, built and compiled once per dialect and shape."""
-        key = (self._dialect.name, self._engine.dialect.driver, scope, with_roles)
-        found = _SEARCHES.get(key)
-        if found is None:
-            where = (
-                M.c.chat_id == bindparam("scope_id")
-                if scope == "chat"
-                else M.c.chat_id.in_(select(C.c.id).where(C.c.user_id == bindparam("scope_id")))
-            )
-            if with_roles:
-                where = and_(where, self._dialect.roles_filter(M.c.name))
-            statement = self._dialect.search(where)
-            found = _SEARCHES[key] = (statement, RawQuery.of(statement, self._engine.dialect))
-        return found
 
-    async def _search(
-        self,
-        scope: Literal["chat", "user"],
-        scope_id: str,
-        query: object,
-        roles: object,
-        limit: object,
-    ) -> list[SearchResult]:
-        text = v.check_text(query, "query")
-        wanted_roles = None if roles is None else v.check_str_list(roles, "roles")
-        checked_limit = v.check_int(limit, "limit", minimum=1)
-        terms = _text.plain_terms(text)
-        params: dict[str, Any] = {
-            "scope_id": scope_id,
-            "search_query": self._dialect.search_value(terms),
-            "search_limit": checked_limit,
-        }
-        if wanted_roles:
-            params["roles"] = self._dialect.roles_value(wanted_roles)
-        rows: list[Any] = []
-        if terms and wanted_roles != []:
-            statement, raw = self._search_statement(scope, bool(wanted_roles))
-            # One read statement: the driver-level path (one thread hand-off on SQLite, one
-            # round trip on PostgreSQL) returns raw rows, decoded below.
-            fetched = await self._fetch_raw(raw, params)
-            if fetched is None:
-                async with self._tx() as conn:
-                    rows = list((await conn.execute(statement, params)).all())
-            else:
-                rows = [_rows.decode_message_row(row, self._dialect.is_sqlite) for row in fetched]
-        if not rows and scope == "chat":
-            async with self._tx() as conn:
-                await self._require_chat(conn, scope_id)  # an unknown chat is an error
-        native = self._dialect.native_snippets
-        return [
+def unindex_chat(conn: Connection, dialect: Dialect, chat_id: str) -> None:
+    """Remove a chat's messages from the search index, before they are deleted."""
+    if not dialect.is_sqlite:
+        return  # the signatures go with the rows
+    last = -1
+    while True:
+        rows = conn.execute(
+            select(M.c.seq, M.c.data)
+            .where(M.c.chat_id == chat_id, M.c.seq > last)
+            .order_by(M.c.seq)
+            .limit(2000)
+        ).all()
+        if not rows:
+            return
+        dialect.unindex_rows(conn, [(int(seq), record_tokens(data)) for seq, data in rows])
+        last = rows[-1][0]
+
+
+_STATEMENTS: dict[tuple[str, str, bool], Any] = {}
+
+
+def search(
+    conn: Connection,
+    dialect: Dialect,
+    scope: Literal["chat", "user"],
+    scope_id: str,
+    query: Sequence[str],
+    roles: Sequence[str] | None,
+    limit: int,
+) -> list[SearchResult]:
+    """The best ``limit`` matches among the newest :func:`window` ones (read)."""
+    key = (dialect.name, scope, bool(roles))
+    statement = _STATEMENTS.get(key)
+    if statement is None:
+        statement = _STATEMENTS[key] = dialect.search_candidates(scope, bool(roles))
+    wanted = set(query)
+    size = window(limit)
+    params: dict[str, Any] = {
+        "scope_id": scope_id,
+        "search_limit": size if dialect.exact_candidates else 2 * size,
+        **dialect.search_params(query),
+    }
+    if roles:
+        params["roles"] = dialect.roles_value(roles)
+    matches: list[tuple[Any, list[str], str]] = []
+    before = _NO_SEQ_BOUND
+    while len(matches) < size:
+        rows = conn.execute(statement, {**params, "before_seq": before}).all()
+        for row in rows:
+            data = None if row[6] is None else loads(row[6])
+            searchable = _text.search_text(data) if data is not None else ""
+            tokens = _tokenizer.tokens(searchable)
+            if dialect.exact_candidates or wanted.issubset(tokens):
+                matches.append(((*row[1:6], data, row[7]), tokens, searchable))
+                if len(matches) == size:
+                    break
+        if len(rows) < params["search_limit"]:
+            break
+        before = rows[-1][0]
+    if not matches:
+        return []
+    average = sum(len(tokens) for _, tokens, _ in matches) / len(matches)
+    scores = [_tokenizer.score(tokens, query, average) for _, tokens, _ in matches]
+    # Best first; among equals the newer message (matches come newest first).
+    order = sorted(range(len(matches)), key=lambda i: (-scores[i], i))[:limit]
+    out = []
+    for i in order:
+        row, _, searchable = matches[i]
+        out.append(
             _rows.build(
                 SearchResult,
                 {
-                    "message": _rows.message(row),
-                    "rank": float(row[7]),
-                    "snippet": row[8] if native else _text.snippet(row[8], terms),
+                    "message": _rows.message_of(
+                        row[0], row[1], row[2], row[3], row[4], row[5], dialect.decode_time(row[6])
+                    ),
+                    "rank": scores[i],
+                    "snippet": _text.snippet(searchable, query),
                 },
             )
-            for row in rows
-        ]
-
-    async def get_graph(self, chat_id: str) -> Graph:
-        v.check_id(chat_id, "chat_id")
-        async with self._tx() as conn:
-            await self._require_chat(conn, chat_id)
-            rows = (
-                await conn.execute(
-                    select(M.c.id, M.c.parent_id, M.c.name, M.c.data, M.c.created_at)
-                    .where(M.c.chat_id == chat_id)
-                    .order_by(M.c.seq)
-                )
-            ).all()
-            branch_list = await self._list_branches(conn, chat_id)
-            checkpoint_list = await self._list_checkpoints(conn, chat_id)
-        nodes = [
-            _rows.build(
-                GraphNode,
-                {
-                    "id": row[0],
-                    "parent_id": row[1],
-                    "role": row[2],
-                    "preview": _text.preview(row[3]),
-                    "created_at": row[4],
-                },
-            )
-            for row in rows
-        ]
-        return _rows.build(
-            Graph,
-            {
-                "chat_id": chat_id,
-                "nodes": nodes,
-                "branches": branch_list,
-                "checkpoints": checkpoint_list,
-            },
         )
+    return out

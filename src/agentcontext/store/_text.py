@@ -8,78 +8,66 @@ keys. Data of any other shape contributes its string values (not its keys).
 from __future__ import annotations
 
 import bisect
-import functools
-import re
+from collections.abc import Sequence
 from typing import Any
+
+from agentcontext.store._tokenizer import iter_tokens
 
 PREVIEW_LENGTH = 50
 SNIPPET_WORDS = 16
 MARK_OPEN = "<mark>"
 MARK_CLOSE = "</mark>"
 
-_WORD = re.compile(r"\w+")
 
+def snippet(text: str, query: Sequence[str], *, words: int = SNIPPET_WORDS) -> str:
+    """About ``words`` words of ``text`` around the hits, hits in ``<mark>``.
 
-def plain_terms(query: str) -> list[str]:
-    """The words of plain user text that a search looks for (every one must occur).
-
-    Words are runs of letters, digits and underscores; everything else (quotes, operators,
-    ``*``, parentheses, colons) only separates words, so no input is a syntax error.
-    """
-    return _WORD.findall(query)
-
-
-@functools.lru_cache(maxsize=256)
-def _hit_pattern(terms: tuple[str, ...]) -> re.Pattern[str]:
-    alternatives = "|".join(re.escape(term) for term in sorted(terms, key=len, reverse=True))
-    return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", re.IGNORECASE)
-
-
-def snippet(text: str, terms: list[str], *, words: int = SNIPPET_WORDS) -> str:
-    """A window of about ``words`` words of ``text`` around the hits, hits in ``<mark>``.
-
-    The same function makes the snippets on every backend, so they read the same. Only a
-    stretch of text around the first hit is looked at, so long messages cost no more.
+    A hit is a word of the text that gives one of the query's tokens (so ``İstanbul`` is
+    marked for the query ``istanbul``). The window starts a little before the stretch that
+    holds the most hits (the earliest on ties). The same function makes the snippets on every
+    backend. Only the text up to a little after the first hit is looked at, so long messages
+    cost no more.
     """
     if not text:
         return ""
-    pattern = _hit_pattern(tuple(sorted({term.casefold() for term in terms}))) if terms else None
-    first = pattern.search(text) if pattern is not None else None
-    # Words are at most a few dozen characters: this stretch holds the window and its hits.
-    reach = words * 40
-    lo = 0 if first is None else max(0, first.start() - reach // 2)
-    hi = min(len(text), lo + 2 * reach)
-    tokens = list(_WORD.finditer(text, lo, hi))
-    if lo > 0 and tokens and tokens[0].start() == lo:
-        tokens = tokens[1:]  # may be a word cut in half
-    if hi < len(text) and tokens and tokens[-1].end() == hi:
-        tokens = tokens[:-1]
-    if not tokens:
-        return text[: words * 8]
-    starts = [token.start() for token in tokens]
-    hits = (
-        [bisect.bisect_left(starts, hit.start()) for hit in pattern.finditer(text, lo, hi)]
-        if pattern is not None
-        else []
-    )
+    wanted = set(query)
+    runs: list[list[Any]] = []  # [start, end, hit] per word of the text
+    first_hit: int | None = None
+    complete = True
+    for token, start, end in iter_tokens(text):
+        if runs and runs[-1][0] == start:  # one word giving several tokens (CJK, ½)
+            runs[-1][2] = runs[-1][2] or token in wanted
+        else:
+            if first_hit is not None and len(runs) > first_hit + 4 * words:
+                complete = False
+                break
+            runs.append([start, end, token in wanted])
+        if runs[-1][2] and first_hit is None:
+            first_hit = len(runs) - 1
+    if not runs:
+        return " ".join(text[: words * 8].split())
     begin = 0
-    if hits:
-        # The window starting at a hit that covers the most hits (the earliest on ties).
+    if first_hit is not None:
+        hits = [i for i, run in enumerate(runs) if run[2]]
         best, best_count = hits[0], 0
         for index, start in enumerate(hits):
             count = bisect.bisect_left(hits, start + words) - index
             if count > best_count:
                 best, best_count = start, count
-        begin = max(0, min(best - words // 4, len(tokens) - words))
-    last = min(len(tokens), begin + words)
-    at_end = last == len(tokens) and hi == len(text)
-    window = text[tokens[begin].start() : len(text) if at_end else tokens[last - 1].end()]
-    if pattern is not None:
-        window = pattern.sub(lambda hit: f"{MARK_OPEN}{hit.group()}{MARK_CLOSE}", window)
-    body = " ".join(window.split())
-    prefix = "…" if text[: tokens[begin].start()].strip() else ""
-    suffix = "" if at_end else "…"
-    return f"{prefix}{body}{suffix}"
+        begin = max(0, min(best - words // 4, len(runs) - words))
+    last = min(len(runs), begin + words) - 1
+    at_end = complete and last == len(runs) - 1
+    pieces: list[str] = []
+    cursor = runs[begin][0]
+    for start, end, hit in runs[begin : last + 1]:
+        pieces.append(text[cursor:start])
+        pieces.append(f"{MARK_OPEN}{text[start:end]}{MARK_CLOSE}" if hit else text[start:end])
+        cursor = end
+    if at_end:
+        pieces.append(text[cursor:])
+    body = " ".join("".join(pieces).split())
+    prefix = "…" if text[: runs[begin][0]].strip() else ""
+    return f"{prefix}{body}{'' if at_end else '…'}"
 
 
 def _parts(data: Any) -> list[Any] | None:

@@ -2,26 +2,54 @@
 
 from __future__ import annotations
 
-from sqlalchemy import literal, select
+from datetime import datetime
+
+from sqlalchemy import Connection, select
 
 from agentcontext import _validate as v
 from agentcontext.errors import (
+    BranchExistsError,
     ChatExistsError,
     ChatNotFoundError,
     InvalidGraphError,
     InvalidInputError,
     InvalidTypeError,
 )
-from agentcontext.store import _rows
-from agentcontext.store._core import CHAT_COLS, MESSAGE_COLS, check_records
+from agentcontext.store import _branches, _chats, _checkpoints, _messages, _rows, _snapshots
+from agentcontext.store._checks import check_records
+from agentcontext.store._dialects import Dialect
 from agentcontext.store._schema import branches as B
-from agentcontext.store._schema import chats as C
 from agentcontext.store._schema import checkpoints as K
 from agentcontext.store._schema import messages as M
 from agentcontext.store._schema import snapshots as SN
-from agentcontext.store._search import SearchMixin
-from agentcontext.store._snapshots import _check_blobs
 from agentcontext.store.records import Branch, ChatExport, ExportedBlob, MessageRecord
+
+__all__ = ["check_export", "export_chat", "import_chat"]
+
+
+def export_chat(conn: Connection, chat_id: str) -> ChatExport:
+    """Everything of a chat (read in one snapshot transaction)."""
+    chat = _chats.get(conn, chat_id)
+    if chat is None:
+        raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
+    messages = conn.execute(
+        select(*_messages.MESSAGE_COLS).where(M.c.chat_id == chat_id).order_by(M.c.depth, M.c.seq)
+    ).all()
+    branches = _branches.list_infos(conn, chat_id)
+    checkpoints = _checkpoints.list_all(conn, chat_id)
+    snapshots = list(reversed(_snapshots.snapshots(conn, SN.c.chat_id == chat_id, True)))
+    blobs: dict[str, ExportedBlob] = {}
+    for snapshot in snapshots:
+        for digest, (data, media_type) in snapshot.contents.items():
+            blobs.setdefault(digest, ExportedBlob.of(digest, media_type, data))
+    return ChatExport(
+        chat=chat,
+        messages=[_rows.message(r) for r in messages],
+        branches=[_rows.build(Branch, b.model_dump(exclude={"message_count"})) for b in branches],
+        checkpoints=checkpoints,
+        snapshots=snapshots,
+        blobs=sorted(blobs.values(), key=lambda blob: blob.hash),
+    )
 
 
 def _parents_first(records: list[MessageRecord]) -> list[MessageRecord]:
@@ -49,140 +77,159 @@ def _parents_first(records: list[MessageRecord]) -> list[MessageRecord]:
     return sorted(records, key=lambda r: depth[r.id])
 
 
-class TransferMixin(SearchMixin):
-    """``export_chat`` and ``import_chat`` of :class:`~agentcontext.SqlContextStore`."""
+def _check_time(value: datetime, what: str) -> None:
+    v.check_timestamp(value, what)
 
-    async def export_chat(self, chat_id: str) -> ChatExport:
-        """Everything of a chat, read in one transaction (a consistent snapshot)."""
-        v.check_id(chat_id, "chat_id")
-        async with self._tx() as conn:
-            row = (await conn.execute(select(*CHAT_COLS).where(C.c.id == chat_id))).first()
-            if row is None:
-                raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
-            messages = (
-                await conn.execute(
-                    select(*MESSAGE_COLS).where(M.c.chat_id == chat_id).order_by(M.c.depth, M.c.seq)
+
+def check_export(
+    export: object,
+) -> tuple[ChatExport, list[MessageRecord], dict[str, tuple[bytes, str]]]:
+    """Check an export completely before anything is written: the export, its messages
+    (parents first) and its blob contents."""
+    if not isinstance(export, ChatExport):
+        raise InvalidTypeError(f"import_chat takes a ChatExport, got {v.type_name(export)}")
+    chat = export.chat
+    v.check_id(chat.id, "chat.id")
+    v.check_id(chat.user_id, "chat.user_id")
+    v.check_optional_text(chat.title, "chat.title")
+    v.check_json_object(chat.metadata, "chat.metadata")
+    _check_time(chat.created_at, "chat.created_at")
+    _check_time(chat.updated_at, "chat.updated_at")
+    records = _parents_first(check_records(export.messages, "messages"))
+    ids = {r.id for r in records}
+    for record in records:
+        if record.chat_id != chat.id:
+            raise InvalidGraphError(f"message {record.id!r} is not in chat {chat.id!r}")
+    active = [b for b in export.branches if b.is_active]
+    if len(active) != 1:
+        raise InvalidGraphError(
+            f"an export needs exactly one active branch, this one has {len(active)}"
+        )
+    names: set[str] = set()
+    branch_ids: set[str] = set()
+    for branch in export.branches:
+        v.check_id(branch.id, "branch.id")
+        v.check_id(branch.name, "branch.name")
+        _check_time(branch.created_at, f"branch {branch.name!r} created_at")
+        if branch.chat_id != chat.id or branch.name in names or branch.id in branch_ids:
+            raise InvalidGraphError(f"branch {branch.name!r} is duplicated or in another chat")
+        names.add(branch.name)
+        branch_ids.add(branch.id)
+        if branch.head_message_id is not None and branch.head_message_id not in ids:
+            raise InvalidGraphError(f"branch {branch.name!r} points at a missing message")
+    checkpoint_ids: set[str] = set()
+    for checkpoint in export.checkpoints:
+        v.check_id(checkpoint.id, "checkpoint.id")
+        v.check_id(checkpoint.name, "checkpoint.name")
+        _check_time(checkpoint.created_at, f"checkpoint {checkpoint.name!r} created_at")
+        if checkpoint.chat_id != chat.id or checkpoint.message_id not in ids:
+            raise InvalidGraphError(f"checkpoint {checkpoint.name!r} points at a missing message")
+        if checkpoint.id in checkpoint_ids:
+            raise InvalidGraphError(f"checkpoint id {checkpoint.id!r} appears twice in the export")
+        checkpoint_ids.add(checkpoint.id)
+    if len({c.name for c in export.checkpoints}) != len(export.checkpoints):
+        raise InvalidInputError("an export holds two checkpoints with the same name")
+    try:
+        contents = {blob.hash: (blob.data, blob.media_type) for blob in export.blobs}
+    except ValueError:
+        raise InvalidInputError("a blob of the export is not valid base64") from None
+    held = _snapshots.check_blobs(contents)
+    snapshot_ids: set[str] = set()
+    for snapshot in export.snapshots:
+        if snapshot.id is None or snapshot.created_at is None or snapshot.chat_id != chat.id:
+            raise InvalidGraphError("an exported snapshot lacks its id, time or chat")
+        v.check_id(snapshot.id, "snapshot.id")
+        _check_time(snapshot.created_at, f"snapshot {snapshot.id!r} created_at")
+        if snapshot.id in snapshot_ids:
+            raise InvalidGraphError(f"snapshot id {snapshot.id!r} appears twice in the export")
+        snapshot_ids.add(snapshot.id)
+        if snapshot.message_id is not None and snapshot.message_id not in ids:
+            raise InvalidGraphError(f"snapshot {snapshot.id!r} points at a missing message")
+        for item in snapshot.items:
+            if item.blob is None or item.blob not in held:
+                raise InvalidGraphError(
+                    f"snapshot {snapshot.id!r} item {item.path!r} has no content in the export"
                 )
-            ).all()
-            branches = await self._list_branches(conn, chat_id)
-            checkpoints = await self._list_checkpoints(conn, chat_id)
-            snapshots = list(reversed(await self._snapshots(conn, SN.c.chat_id == chat_id, True)))
-        blobs: dict[str, ExportedBlob] = {}
-        for snapshot in snapshots:
-            for digest, (data, media_type) in snapshot.contents.items():
-                blobs.setdefault(digest, ExportedBlob.of(digest, media_type, data))
-        return ChatExport(
-            chat=_rows.chat(row),
-            messages=[_rows.message(r) for r in messages],
-            branches=[
-                _rows.build(Branch, b.model_dump(exclude={"message_count"})) for b in branches
-            ],
-            checkpoints=checkpoints,
-            snapshots=snapshots,
-            blobs=sorted(blobs.values(), key=lambda blob: blob.hash),
+    return export, records, held
+
+
+def import_chat(
+    conn: Connection,
+    dialect: Dialect,
+    export: ChatExport,
+    records: list[MessageRecord],
+    held: dict[str, tuple[bytes, str]],
+) -> None:
+    """Write a checked export (write transaction)."""
+    chat = export.chat
+    if _chats.exists(conn, chat.id):
+        raise ChatExistsError(
+            f"chat {chat.id!r} already exists; delete it first or import under another id"
+        )
+    taken = _taken(conn, B, [b.id for b in export.branches])
+    if taken:
+        raise BranchExistsError(
+            f"branch id(s) {', '.join(map(repr, taken[:3]))} of the export exist in this database "
+            "already (ids are global); import the chat under another id"
+        )
+    taken = _taken(conn, K, [c.id for c in export.checkpoints])
+    if taken:
+        raise InvalidGraphError(
+            f"checkpoint id(s) {', '.join(map(repr, taken[:3]))} of the export exist in this "
+            "database already (ids are global); import the chat under another id"
+        )
+    taken = _taken(conn, SN, [s.id for s in export.snapshots if s.id is not None])
+    if taken:
+        raise InvalidGraphError(
+            f"snapshot id(s) {', '.join(map(repr, taken[:3]))} of the export exist in this "
+            "database already (ids are global); import the chat under another id"
+        )
+    taken = _taken(conn, M, [r.id for r in records])
+    if taken:
+        raise InvalidGraphError(
+            f"message id(s) {', '.join(map(repr, taken[:3]))} of the export exist in this "
+            "database already (message ids are global); import the chat under another id"
+        )
+    _chats.insert_chat_row(conn, chat)
+    if records:
+        _messages.write(conn, dialect, records, {chat.id: 1})
+    for branch in export.branches:
+        conn.execute(
+            B.insert().values(
+                id=branch.id,
+                chat_id=chat.id,
+                name=branch.name,
+                head_message_id=branch.head_message_id,
+                is_active=branch.is_active,
+                created_at=branch.created_at,
+            )
+        )
+    _branches.sync_head_depths(conn, chat.id)
+    for checkpoint in export.checkpoints:
+        conn.execute(
+            K.insert().values(
+                id=checkpoint.id,
+                chat_id=chat.id,
+                name=checkpoint.name,
+                message_id=checkpoint.message_id,
+                created_at=checkpoint.created_at,
+            )
+        )
+    _snapshots.put_blobs(conn, dialect, held)
+    for snapshot in export.snapshots:
+        assert snapshot.id is not None
+        assert snapshot.created_at is not None
+        _snapshots.insert_snapshot(
+            conn, snapshot, snapshot.id, chat.id, snapshot.message_id, snapshot.created_at
         )
 
-    async def import_chat(self, export: ChatExport) -> None:
-        """Write an exported chat into this store as it was (ids, timestamps, branches).
 
-        Raises :class:`~agentcontext.ChatExistsError` if the chat id is taken, and
-        :class:`~agentcontext.InvalidGraphError` if the export is inconsistent (a branch or
-        checkpoint pointing at a missing message, not exactly one active branch). Nothing is
-        written unless everything is.
-        """
-        if not isinstance(export, ChatExport):
-            raise InvalidTypeError(f"import_chat takes a ChatExport, got {v.type_name(export)}")
-        chat = export.chat
-        v.check_id(chat.id, "chat.id")
-        v.check_id(chat.user_id, "chat.user_id")
-        v.check_optional_text(chat.title, "chat.title")
-        v.check_json_object(chat.metadata, "chat.metadata")
-        records = _parents_first(check_records(export.messages, "messages"))
-        ids = {r.id for r in records}
-        for record in records:
-            if record.chat_id != chat.id:
-                raise InvalidGraphError(f"message {record.id!r} is not in chat {chat.id!r}")
-        active = [b for b in export.branches if b.is_active]
-        if len(active) != 1:
-            raise InvalidGraphError(
-                f"an export needs exactly one active branch, this one has {len(active)}"
-            )
-        names: set[str] = set()
-        for branch in export.branches:
-            v.check_id(branch.id, "branch.id")
-            v.check_id(branch.name, "branch.name")
-            if branch.chat_id != chat.id or branch.name in names:
-                raise InvalidGraphError(f"branch {branch.name!r} is duplicated or in another chat")
-            names.add(branch.name)
-            if branch.head_message_id is not None and branch.head_message_id not in ids:
-                raise InvalidGraphError(f"branch {branch.name!r} points at a missing message")
-        for checkpoint in export.checkpoints:
-            v.check_id(checkpoint.name, "checkpoint.name")
-            if checkpoint.chat_id != chat.id or checkpoint.message_id not in ids:
-                raise InvalidGraphError(
-                    f"checkpoint {checkpoint.name!r} points at a missing message"
-                )
-        if len({c.name for c in export.checkpoints}) != len(export.checkpoints):
-            raise InvalidInputError("an export holds two checkpoints with the same name")
-        try:
-            contents = {blob.hash: (blob.data, blob.media_type) for blob in export.blobs}
-        except ValueError:
-            raise InvalidInputError("a blob of the export is not valid base64") from None
-        held = _check_blobs(contents)
-        for snapshot in export.snapshots:
-            if snapshot.id is None or snapshot.created_at is None or snapshot.chat_id != chat.id:
-                raise InvalidGraphError("an exported snapshot lacks its id, time or chat")
-            if snapshot.message_id is not None and snapshot.message_id not in ids:
-                raise InvalidGraphError(f"snapshot {snapshot.id!r} points at a missing message")
-            for item in snapshot.items:
-                if item.blob is None or item.blob not in held:
-                    raise InvalidGraphError(
-                        f"snapshot {snapshot.id!r} item {item.path!r} has no content in the export"
-                    )
-        async with self._tx(write=True) as conn:
-            taken = await conn.scalar(select(literal(1)).where(C.c.id == chat.id))
-            if taken is not None:
-                raise ChatExistsError(
-                    f"chat {chat.id!r} already exists; delete it first or import under another id"
-                )
-            await conn.execute(
-                C.insert().values(
-                    id=chat.id,
-                    user_id=chat.user_id,
-                    title=chat.title,
-                    metadata=chat.metadata,
-                    created_at=chat.created_at,
-                    updated_at=chat.updated_at,
-                    version=1,
-                )
-            )
-            if records:
-                await self._write_messages(conn, records, {chat.id: 1})
-            for branch in export.branches:
-                await conn.execute(
-                    B.insert().values(
-                        id=branch.id,
-                        chat_id=chat.id,
-                        name=branch.name,
-                        head_message_id=branch.head_message_id,
-                        is_active=branch.is_active,
-                        created_at=branch.created_at,
-                    )
-                )
-            for checkpoint in export.checkpoints:
-                await conn.execute(
-                    K.insert().values(
-                        id=checkpoint.id,
-                        chat_id=chat.id,
-                        name=checkpoint.name,
-                        message_id=checkpoint.message_id,
-                        created_at=checkpoint.created_at,
-                    )
-                )
-            await self._put_blobs(conn, held)
-            for snapshot in export.snapshots:
-                assert snapshot.id is not None
-                assert snapshot.created_at is not None
-                await self._insert_snapshot(
-                    conn, snapshot, snapshot.id, chat.id, snapshot.message_id, snapshot.created_at
-                )
+def _taken(conn: Connection, table: object, ids: list[str]) -> list[str]:
+    """The ids among ``ids`` that the table holds already."""
+    column = table.c.id  # type: ignore[attr-defined]
+    found: list[str] = []
+    for start in range(0, len(ids), _messages.IN_CHUNK):
+        found += conn.scalars(
+            select(column).where(column.in_(ids[start : start + _messages.IN_CHUNK]))
+        )
+    return sorted(found)

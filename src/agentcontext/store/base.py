@@ -1,22 +1,27 @@
-"""The abstract store interface the engine talks to."""
+"""The store interface: the public contract (`ContextStore`) and the part of it the engine uses
+(`EngineStore`)."""
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict
 
+from agentcontext._validate import dumps
+from agentcontext.errors import ChatNotFoundError, InvalidGraphError
 from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store.records import (
     Branch,
     BranchInfo,
     BranchState,
+    ChainRows,
     Chat,
     ChatExport,
     ChatInfo,
+    ChatState,
     ChatUpdate,
     Checkpoint,
     Graph,
@@ -25,7 +30,7 @@ from agentcontext.store.records import (
     SearchResult,
 )
 
-__all__ = ["AppendResult", "ContextStore"]
+__all__ = ["AppendResult", "ContextStore", "EngineStore"]
 
 
 class AppendResult(BaseModel):
@@ -40,7 +45,8 @@ class AppendResult(BaseModel):
 
     ok: bool
     head_message_id: str | None
-    version: int
+    version: int | None
+    """None when the store does not report it (the engine confirms it on its next read)."""
     existing: list[str] = []
     """With ``updates``: the ids that exist already but were not allowed to."""
 
@@ -162,7 +168,7 @@ class ContextStore(abc.ABC):
     async def get_message_chain(
         self, head_id: str, *, after: str | None = None
     ) -> list[MessageRecord]:
-        """The chain ending at ``head_id``, root first, however long.
+        """The chain ending at ``head_id``, root first, however long; ``[]`` for an unknown id.
 
         With ``after``, only the part of the chain that comes after that message (which must be
         an ancestor of the head, else :class:`~agentcontext.InvalidGraphError`). A cycle or a
@@ -215,8 +221,10 @@ class ContextStore(abc.ABC):
         head_message_id: str | None,
         activate: bool,
         messages: Sequence[MessageRecord] = (),
+        name: str | None = None,
     ) -> BranchInfo:
-        """Create the next free branch ``{base_name}-vN`` (N = 2, 3, …) atomically.
+        """Create the next free branch ``{base_name}-vN`` (N = 2, 3, …) atomically, or the
+        branch ``name`` (:class:`~agentcontext.BranchExistsError` if it is taken).
 
         The new branch starts at ``head_message_id``; ``messages`` (chained, the first one's
         parent being ``head_message_id``) are written in the same transaction and the head
@@ -272,6 +280,15 @@ class ContextStore(abc.ABC):
     @abc.abstractmethod
     async def list_branches(self, chat_id: str) -> list[BranchInfo]:
         """The chat's branches, oldest first, with their chain lengths."""
+
+    @abc.abstractmethod
+    async def rename_branch(self, chat_id: str, name: str, new_name: str) -> Branch:
+        """Rename a branch; :class:`~agentcontext.BranchExistsError` if the new name is taken."""
+
+    @abc.abstractmethod
+    async def delete_branch(self, chat_id: str, name: str) -> bool:
+        """Delete a branch (its name and head pointer), never the active one; its messages stay
+        in the graph. False if there was no branch of that name."""
 
     # --- checkpoints ------------------------------------------------------------------------
 
@@ -390,3 +407,94 @@ class ContextStore(abc.ABC):
     @abc.abstractmethod
     async def import_chat(self, export: ChatExport) -> None:
         """Write an exported chat as it was; the chat id must be free."""
+
+    # --- what the engine reads most (defaults built on the methods above) ----------------------
+
+    async def open_chat(self, chat_id: str, *, user_id: str) -> ChatState:
+        """The chat (created for ``user_id`` if it does not exist), its active branch, change
+        version and counts. Stores may read it in one query; this default uses three calls."""
+        chat = await self.upsert_chat(chat_id, user_id=user_id)
+        branch = await self.get_active_branch(chat_id)
+        if branch is None:
+            raise InvalidGraphError(f"chat {chat_id!r} has no active branch")
+        state = await self.get_branch_state(branch.id)
+        if state is None:
+            raise ChatNotFoundError(f"chat {chat_id!r} was deleted while it was opened")
+        return ChatState(
+            chat=chat,
+            branch=state.branch,
+            version=state.version,
+            message_count=state.message_count,
+            head_depth=state.head_depth,
+        )
+
+    async def load_chain_rows(
+        self,
+        chat_id: str,
+        head_id: str,
+        *,
+        head_depth: int | None = None,
+        chat_size: int | None = None,
+        stop_depth: int = 0,
+        stop_at: str | None = None,
+    ) -> ChainRows:
+        """The chain ending at ``head_id`` for the engine: ids, parent ids and JSON texts, root
+        first, only the part after ``stop_at`` (at ``stop_depth``). ``head_depth`` and
+        ``chat_size`` (from `open_chat` or `get_branch_state`) spare a lookup. This default
+        reads records and serialises their data."""
+        records = await self.get_message_chain(head_id, after=stop_at)
+        return ChainRows(
+            ids=[r.id for r in records],
+            parent_ids=[r.parent_id for r in records],
+            data=[None if r.data is None else dumps(r.data) for r in records],
+        )
+
+
+class EngineStore(Protocol):
+    """The part of `ContextStore` a `ContextEngine` uses.
+
+    Written down so a store can be built (or wrapped) for the engine alone; every
+    `ContextStore` is one.
+    """
+
+    async def open_chat(self, chat_id: str, *, user_id: str) -> ChatState: ...
+    async def get_chat(self, chat_id: str) -> Chat | None: ...
+    async def update_chat(
+        self, chat_id: str, updater: Callable[[Chat], ChatUpdate | None]
+    ) -> Chat: ...
+    async def get_branch_state(self, branch_id: str) -> BranchState | None: ...
+    async def load_chain_rows(
+        self,
+        chat_id: str,
+        head_id: str,
+        *,
+        head_depth: int | None = None,
+        chat_size: int | None = None,
+        stop_depth: int = 0,
+        stop_at: str | None = None,
+    ) -> ChainRows: ...
+    async def get_message_chain(
+        self, head_id: str, *, after: str | None = None
+    ) -> list[MessageRecord]: ...
+    async def get_changes(self, chat_id: str, since_version: int) -> list[MessageRecord]: ...
+    async def get_message(self, message_id: str) -> MessageRecord | None: ...
+    async def append_messages(
+        self,
+        branch_id: str,
+        messages: Sequence[MessageRecord],
+        *,
+        expected_head: str | None,
+        new_head: str | None = None,
+        updates: Collection[str] | None = None,
+    ) -> AppendResult: ...
+    async def add_messages(self, messages: Sequence[MessageRecord]) -> list[MessageRecord]: ...
+    async def fork_branch(
+        self,
+        chat_id: str,
+        base_name: str,
+        *,
+        head_message_id: str | None,
+        activate: bool,
+        messages: Sequence[MessageRecord] = (),
+        name: str | None = None,
+    ) -> BranchInfo: ...

@@ -7,6 +7,7 @@ microsecond precision on both backends.
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -18,7 +19,9 @@ __all__ = [
     "Branch",
     "BranchInfo",
     "BranchState",
+    "ChainRows",
     "ChatExport",
+    "ChatState",
     "ExportedBlob",
     "Chat",
     "ChatInfo",
@@ -118,6 +121,34 @@ class BranchState(_Record):
 
     branch: Branch
     version: int
+    head_depth: int = 0
+    """The length of the branch's chain (0 when it is empty)."""
+    message_count: int = 0
+    """Messages of the chat on all branches."""
+
+
+class ChatState(_Record):
+    """What an engine needs to open a chat, read in one query.
+
+    ``version`` is the chat's change version, ``message_count`` its messages on all branches,
+    ``head_depth`` the length of the active branch's chain (0 when it is empty).
+    """
+
+    chat: Chat
+    branch: Branch
+    version: int
+    message_count: int
+    head_depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChainRows:
+    """A chain as stored, for the engine to decode: ids, parent ids and each message's JSON
+    text (root first)."""
+
+    ids: list[str]
+    parent_ids: list[str | None]
+    data: list[str | None]
 
 
 class Checkpoint(_Record):

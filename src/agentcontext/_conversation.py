@@ -1,0 +1,352 @@
+"""The engine's view of its chat: the chat, the branch it is on, and that branch's chain held in
+memory, kept in step with the store.
+
+Stored messages change only by an explicit in-place update, and every write bumps the chat's
+change version, so a warm engine catches up with one small query (the branch and the version)
+plus, when something changed, the rows written since; it never reads the whole chain again
+unless it has to. A fresh engine reads the chat, its branch and version in one query and the
+chain in one more, and decodes the chain's JSON into messages in one validation pass.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from agentcontext.errors import (
+    ChatNotFoundError,
+    ChatOwnershipError,
+    SerializationError,
+)
+from agentcontext.fragments import is_empty_assistant_placeholder
+from agentcontext.messages import Message
+from agentcontext.store._rows import gc_paused
+from agentcontext.store.base import EngineStore
+from agentcontext.store.records import (
+    Branch,
+    BranchInfo,
+    ChainRows,
+    Chat,
+    ChatState,
+    ChatUpdate,
+    MessageRecord,
+)
+
+__all__ = ["ChainCache", "Conversation", "decode_record", "decode_rows"]
+
+DELETED = "was deleted while this engine had it open"
+
+_MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+
+
+def decode_record(record: MessageRecord) -> Message:
+    """A stored record's message (its id is the record's)."""
+    try:
+        message = Message.model_validate(record.data)
+    except ValidationError as exc:
+        raise SerializationError(
+            f"stored message {record.id!r} is not a valid Message ({exc.error_count()} "
+            "errors); it was written outside the engine with another shape"
+        ) from exc
+    if message.id != record.id:
+        # Written outside the engine with another id in its JSON: the node's id is the
+        # identity (rewind, in-place updates and placeholders go by it).
+        message = message.model_copy(update={"id": record.id})
+    return message
+
+
+def decode_rows(rows: ChainRows) -> list[Message]:
+    """The messages of a stored chain, validated from their JSON in one pass."""
+    if not rows.ids:
+        return []
+    if any(text is None for text in rows.data):
+        bad = rows.ids[rows.data.index(None)]
+        raise SerializationError(f"stored message {bad!r} has no data; it is not a Message")
+    try:
+        with gc_paused():
+            messages = _MESSAGES.validate_json("[" + ",".join(rows.data) + "]")  # type: ignore[arg-type]
+    except ValidationError as exc:
+        index = exc.errors()[0]["loc"][0] if exc.errors() else 0
+        bad = rows.ids[index] if isinstance(index, int) and index < len(rows.ids) else "?"
+        raise SerializationError(
+            f"stored message {bad!r} is not a valid Message ({exc.error_count()} errors); it "
+            "was written outside the engine with another shape"
+        ) from exc
+    for i, (message, message_id) in enumerate(zip(messages, rows.ids, strict=True)):
+        if message.id != message_id:
+            messages[i] = message.model_copy(update={"id": message_id})
+    return messages
+
+
+class ChainCache:
+    """The branch's chain as the engine last saw it: ids, parents and decoded messages.
+
+    ``version`` is the chat's change version the cached content corresponds to (None: the
+    cache must be loaded).
+
+    When the chain is cut (a rewind, a switch to an ancestor), the part cut off is kept as the
+    *detached tail*: moving back to a message in it (switching back to the branch that was
+    left) re-attaches it instead of reading the chain again, and the cut costs no deallocation
+    of thousands of messages on the caller's path.
+    """
+
+    __slots__ = (
+        "detached",
+        "detached_version",
+        "head",
+        "ids",
+        "index",
+        "messages",
+        "parents",
+        "placeholders",
+        "version",
+    )
+
+    def __init__(self) -> None:
+        self.head: str | None = None
+        self.version: int | None = None
+        self.ids: list[str] = []
+        self.parents: list[str | None] = []
+        self.messages: list[Message] = []
+        self.index: dict[str, int] = {}
+        self.placeholders: builtins.set[str] = builtins.set()
+        """Ids of the empty assistant placeholders on the chain (resolve leaves them out)."""
+        self.detached: tuple[list[str], list[str | None], list[Message]] | None = None
+        self.detached_version = 0
+
+    def reset(
+        self,
+        head: str | None,
+        version: int,
+        ids: list[str],
+        parents: list[str | None],
+        messages: list[Message],
+    ) -> None:
+        self.head, self.version = head, version
+        self.ids, self.parents, self.messages = ids, parents, messages
+        self.index = {message_id: i for i, message_id in enumerate(ids)}
+        self.placeholders = {m.id for m in messages if is_empty_assistant_placeholder(m)}
+        self.detached = None
+
+    def invalidate(self) -> None:
+        self.version = None
+        self.detached = None
+
+    def parent_of(self, message_id: str) -> str | None:
+        """The stored parent of a cached message."""
+        return self.parents[self.index[message_id]]
+
+    def truncate(self, message_id: str | None, *, reattach: bool = True) -> bool:
+        """Make ``message_id`` the head (None: empty): cut the chain after it, or re-attach
+        the detached tail up to it. False if it is not cached."""
+        if self.version is None:
+            return False
+        if message_id is None:
+            keep = 0
+        elif message_id in self.index:
+            keep = self.index[message_id] + 1
+        else:
+            return reattach and self._reattach(message_id)
+        self._cut(keep)
+        self.head = message_id
+        return True
+
+    def _cut(self, keep: int) -> None:
+        if keep >= len(self.ids):
+            return
+        ids, parents, messages = self.ids[keep:], self.parents[keep:], self.messages[keep:]
+        index = self.index
+        for message_id in ids:
+            del index[message_id]
+        if self.placeholders:
+            self.placeholders.difference_update(ids)
+        del self.ids[keep:]
+        del self.parents[keep:]
+        del self.messages[keep:]
+        assert self.version is not None
+        if self.detached is not None and self.detached[1][0] == ids[-1]:
+            # The tail cut before continues this one: keep them as one.
+            ids += self.detached[0]
+            parents += self.detached[1]
+            messages += self.detached[2]
+            self.detached_version = min(self.detached_version, self.version)
+        else:
+            self.detached_version = self.version
+        self.detached = (ids, parents, messages)
+
+    def _reattach(self, message_id: str) -> bool:
+        if self.detached is None:
+            return False
+        ids, parents, messages = self.detached
+        try:
+            end = ids.index(message_id)
+        except ValueError:
+            return False
+        anchor = parents[0]
+        if anchor is not None and anchor not in self.index:
+            return False
+        assert self.version is not None
+        since = self.detached_version
+        self.detached = None
+        self._cut(0 if anchor is None else self.index[anchor] + 1)
+        for i in range(end + 1):
+            self.append(ids[i], parents[i], messages[i])
+        # Changes made to the tail while it was detached were not applied: fetch them again.
+        self.version = min(self.version, since)
+        return True
+
+    def append(self, message_id: str, parent_id: str | None, message: Message) -> None:
+        self.index[message_id] = len(self.ids)
+        self.ids.append(message_id)
+        self.parents.append(parent_id)
+        self.messages.append(message)
+        self.head = message_id
+        if is_empty_assistant_placeholder(message):
+            self.placeholders.add(message_id)
+
+    def replace(self, message: Message) -> None:
+        """A cached message updated in place (its parent stays)."""
+        self.messages[self.index[message.id]] = message
+        if is_empty_assistant_placeholder(message):
+            self.placeholders.add(message.id)
+        else:
+            self.placeholders.discard(message.id)
+
+
+class Conversation:
+    """One chat as an engine sees it: its record, the branch the engine is on, the cached
+    chain, and how to bring them up to date with the store."""
+
+    def __init__(
+        self,
+        store: EngineStore,
+        chat_id: str,
+        user_id: str,
+        metadata: Mapping[str, Any] | None,
+    ) -> None:
+        self.store = store
+        self.chat_id = chat_id
+        self.user_id = user_id
+        self.chat: Chat | None = None
+        self.branch: Branch | None = None
+        self.chain = ChainCache()
+        self._initial_metadata = None if metadata is None else dict(metadata)
+        self._opened: ChatState | None = None
+
+    # --- opening ----------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the chat was loaded (the first async call does it)."""
+        return self.branch is not None
+
+    async def open(self) -> None:
+        """Load the chat (creating it), check its owner, merge the initial metadata, and take
+        its active branch."""
+        if self.branch is not None:
+            return
+        state = await self.store.open_chat(self.chat_id, user_id=self.user_id)
+        chat = state.chat
+        if chat.user_id != self.user_id:
+            raise ChatOwnershipError(
+                f"chat {self.chat_id!r} belongs to another user; open it with its owner's "
+                "user_id or use another chat_id"
+            )
+        opened: ChatState | None = state
+        wanted = self._initial_metadata
+        if wanted and any(chat.metadata.get(k, object()) != val for k, val in wanted.items()):
+            chat = await self.store.update_chat(
+                self.chat_id, lambda current: ChatUpdate(metadata={**current.metadata, **wanted})
+            )
+            opened = None  # the version moved: the first sync reads the branch state
+        self._initial_metadata = None
+        self.chat, self.branch, self._opened = chat, state.branch, opened
+
+    def end_call(self) -> None:
+        """The public call that opened the chat is over: what it read is no longer fresh."""
+        self._opened = None
+
+    def deleted_error(self) -> ChatNotFoundError:
+        branch = "" if self.branch is None else f" (or its branch {self.branch.name!r})"
+        return ChatNotFoundError(
+            f"chat {self.chat_id!r}{branch} {DELETED}; create a new engine to start it again"
+        )
+
+    async def require_chat(self) -> None:
+        """Before reporting something missing: a deleted chat is the better explanation."""
+        if await self.store.get_chat(self.chat_id) is None:
+            raise self.deleted_error()
+
+    # --- keeping up -------------------------------------------------------------------------
+
+    async def sync(self) -> None:
+        """Bring the cached chain up to date with the store."""
+        assert self.branch is not None
+        chain = self.chain
+        opened, self._opened = self._opened, None
+        if opened is not None and opened.branch.id == self.branch.id:
+            # The state read when the chat was opened, for the branch it describes.
+            head, version = opened.branch.head_message_id, opened.version
+            depth, size = opened.head_depth, opened.message_count
+        else:
+            state = await self.store.get_branch_state(self.branch.id)
+            if state is None:
+                chain.invalidate()
+                raise self.deleted_error()
+            self.branch = state.branch
+            head, version = state.branch.head_message_id, state.version
+            depth, size = state.head_depth, state.message_count
+        if chain.version is not None and chain.version == version and chain.head == head:
+            return
+        if chain.version is not None and await self._catch_up(head, version):
+            return
+        if head is None:
+            chain.reset(None, version, [], [], [])
+            return
+        rows = await self.store.load_chain_rows(
+            self.chat_id, head, head_depth=depth, chat_size=size
+        )
+        chain.reset(head, version, rows.ids, rows.parent_ids, decode_rows(rows))
+
+    async def _catch_up(self, head: str | None, version: int) -> bool:
+        """Apply the changes since the cached version; False when a full load is needed."""
+        chain = self.chain
+        assert chain.version is not None
+        changes = await self.store.get_changes(self.chat_id, chain.version)
+        by_id = {record.id: record for record in changes}
+        for record in changes:
+            if record.id in chain.index:
+                if chain.parent_of(record.id) != record.parent_id:
+                    return False  # re-parented: the chain itself changed
+                chain.replace(decode_record(record))
+        if head != chain.head:
+            # Walk back from the new head through what changed, to a message we hold.
+            tail: list[MessageRecord] = []
+            current = head
+            while (
+                current is not None
+                and current != chain.head
+                and current not in chain.index
+                and current in by_id
+            ):
+                tail.append(by_id[current])
+                current = by_id[current].parent_id
+                if len(tail) > len(by_id):
+                    return False  # a cycle in stored data: the full load reports it
+            if current != chain.head and not chain.truncate(current, reattach=False):
+                return False  # the new head is not reachable from what changed
+            for record in reversed(tail):
+                chain.append(record.id, record.parent_id, decode_record(record))
+            chain.head = head
+        chain.version = version
+        return True
+
+    def moved_to(self, info: BranchInfo | Branch) -> None:
+        """The engine is now on this branch (its head known to be stored)."""
+        self.branch = Branch.model_validate(info.model_dump(exclude={"message_count"}))
+        self._opened = None
+        if not self.chain.truncate(info.head_message_id):
+            self.chain.invalidate()

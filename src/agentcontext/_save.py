@@ -1,0 +1,318 @@
+"""The save protocol: a turn written atomically after the branch head, however the head moves.
+
+1. **Compare-and-swap.** New messages are chained after the head the engine last saw and
+   written with the head move in one store call, only if the head is still that one.
+2. **Graft.** When another writer moved the head meanwhile, the turn is chained after the new
+   head and written again (at once, then with a jittered back-off); `HeadConflictError` only
+   after `MAX_SAVE_ATTEMPTS`.
+3. **Idempotent retry.** A save whose commit the caller never heard of (it was cancelled, timed
+   out, or lost its connection after the commit) and that is saved again with the same pending
+   messages finds them stored exactly so (same content, each the parent of the next) and does
+   not store them twice, fork, or move to another branch: it catches up and saves only what
+   is new.
+4. **Resending a stored message** with other content: ``branch=True`` forks a new branch
+   from its parent (the original stays intact), ``branch=False`` updates it in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from agentcontext._conversation import Conversation, decode_record
+from agentcontext.errors import (
+    HeadConflictError,
+    InvalidGraphError,
+    MessageNotFoundError,
+    StoreUnavailableError,
+)
+from agentcontext.fragments import new_message_id
+from agentcontext.messages import Message
+from agentcontext.store.records import Branch, MessageRecord, utcnow
+
+__all__ = ["MAX_SAVE_ATTEMPTS", "SaveResult", "save_turn"]
+
+MAX_SAVE_ATTEMPTS = 64
+"""Compare-and-swap attempts before a save gives up with HeadConflictError."""
+
+
+class SaveResult(BaseModel):
+    """What `ContextEngine.save` returns: the branch head after the save."""
+
+    model_config = ConfigDict(frozen=True)
+
+    head_message_id: str | None
+
+
+def record_of(conv: Conversation, message: Message, parent_id: str | None) -> MessageRecord:
+    """The record of a message to write."""
+    # Python mode, not JSON mode: JSON mode would silently turn NaN and infinity into null and
+    # stringify other values; the store refuses them with a SerializationError instead.
+    return MessageRecord(
+        id=message.id,
+        chat_id=conv.chat_id,
+        parent_id=parent_id,
+        name=message.role,
+        type="message",
+        data=message.model_dump(exclude_none=True),
+        created_at=utcnow(),
+    )
+
+
+def _applied_on_chain(conv: Conversation, messages: Sequence[Message]) -> int:
+    """How many leading messages are on the cached chain exactly so, one after another.
+
+    Counted only when they are all there, or when the last of them is the head (what a retried
+    save finds); a stored message resent further back is a resend, not a retry.
+    """
+    chain = conv.chain
+    position = chain.index.get(messages[0].id)
+    count = 0
+    while (
+        position is not None
+        and count < len(messages)
+        and position < len(chain.ids)
+        and chain.ids[position] == messages[count].id
+        and chain.messages[position] == messages[count]
+    ):
+        count += 1
+        position += 1
+    if count and count < len(messages) and messages[count - 1].id != chain.head:
+        return 0
+    return count
+
+
+async def _applied_in_store(
+    conv: Conversation, messages: Sequence[Message], head: str | None
+) -> int:
+    """Like `_applied_on_chain`, reading the stored messages (the cache may not hold them)."""
+    count = 0
+    for index, message in enumerate(messages):
+        stored = await conv.store.get_message(message.id)
+        if (
+            stored is None
+            or stored.chat_id != conv.chat_id
+            or (index and stored.parent_id != messages[index - 1].id)
+            or decode_record(stored) != message
+        ):
+            break
+        count += 1
+    if count and count < len(messages) and messages[count - 1].id != head:
+        return 0
+    return count
+
+
+async def save_turn(
+    conv: Conversation, messages: list[Message], *, branch: bool, lock: asyncio.Lock
+) -> SaveResult:
+    """Write a turn after the head of the engine's branch (see the module documentation)."""
+    assert conv.branch is not None
+    chain = conv.chain
+    applied = _applied_on_chain(conv, messages)
+    if applied == len(messages):
+        return SaveResult(head_message_id=chain.head)
+    messages = messages[applied:]
+    expected = chain.head if chain.version is not None else conv.branch.head_message_id
+    # Ids that may be updated in place: none when branching, else those known to exist.
+    on_chain = [message.id for message in messages if message.id in chain.index]
+    if branch and on_chain:
+        # Resending a message of the branch: fork from its parent (no store round trip, and
+        # no record that would name itself as its parent).
+        return await fork_for_update(conv, messages, on_chain[0])
+    known: set[str] = set() if branch else set(on_chain)
+    async with lock:
+        return await _attempt(conv, messages, expected, known, branch=branch)
+
+
+async def _attempt(
+    conv: Conversation,
+    messages: list[Message],
+    expected: str | None,
+    known: set[str],
+    *,
+    branch: bool,
+) -> SaveResult:
+    assert conv.branch is not None
+    store = conv.store
+    pending_ids = {message.id for message in messages}
+    ambiguous = False
+    for attempt in range(MAX_SAVE_ATTEMPTS):
+        if expected is not None and expected in pending_ids and expected not in known:
+            # The head is one of these messages: stored by this very save in a call whose
+            # outcome was lost, or by another writer.
+            applied = await _applied_in_store(conv, messages, expected)
+            if applied:
+                await conv.sync()
+                if applied == len(messages):
+                    return SaveResult(head_message_id=conv.chain.head)
+                messages = messages[applied:]
+                pending_ids = {message.id for message in messages}
+                expected = conv.chain.head
+                continue
+            if branch:
+                return await fork_for_update(conv, messages, expected)
+            known.add(expected)
+        records = _chained(conv, messages, expected, known)
+        new_ids = [r.id for r in records if r.id not in known]
+        try:
+            if not new_ids:
+                # branch=False and only in-place updates: the head does not move, but another
+                # writer may have moved it since this engine last looked.
+                await store.add_messages(records)
+                _apply_updates(conv, records, messages)
+                state = await store.get_branch_state(conv.branch.id)
+                if state is None:
+                    raise conv.deleted_error()
+                return SaveResult(head_message_id=state.branch.head_message_id)
+            result = await store.append_messages(
+                conv.branch.id,
+                records,
+                expected_head=expected,
+                new_head=new_ids[-1],
+                updates=known,
+            )
+        except StoreUnavailableError:
+            # The connection dropped: the write may or may not have committed.
+            ambiguous = True
+            if attempt >= 2:
+                raise
+            await asyncio.sleep(0.05 * (attempt + 1))
+            continue
+        if result.ok:
+            await _after_append(conv, records, messages, result.version, expected, known)
+            return SaveResult(head_message_id=result.head_message_id)
+        fresh = [r for r in records if r.id not in known]
+        if ambiguous or result.existing or result.head_message_id in pending_ids:
+            applied = await _applied_in_store(
+                conv, [m for m in messages if m.id not in known], result.head_message_id
+            )
+            if applied == len(fresh):
+                await conv.sync()  # fast-forward: this turn is on the branch already
+                return SaveResult(head_message_id=conv.chain.head)
+        if result.existing:
+            if branch:
+                return await fork_for_update(conv, messages, result.existing[0])
+            known.update(result.existing)  # in-place updates of messages off the chain
+            continue
+        # Another writer moved the head: graft the turn onto the new head and retry at once
+        # (the head just read is as fresh as it gets). After repeated losses to writers of
+        # other processes, back off with jitter, then read the head again.
+        expected = result.head_message_id
+        if attempt >= 2:
+            await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** (attempt - 2))))
+            state = await store.get_branch_state(conv.branch.id)
+            if state is None:
+                raise conv.deleted_error()
+            expected = state.branch.head_message_id
+    raise HeadConflictError(
+        f"the head of branch {conv.branch.name!r} kept moving: {MAX_SAVE_ATTEMPTS} attempts "
+        "lost the race to other writers. Nothing was written; the messages are still pending, "
+        "save again"
+    )
+
+
+def _chained(
+    conv: Conversation, messages: list[Message], parent_id: str | None, known: set[str]
+) -> list[MessageRecord]:
+    """Records for ``messages``: updates keep their parent, new ones chain after
+    ``parent_id`` in order."""
+    chain = conv.chain
+    records = []
+    for message in messages:
+        if message.id in known:
+            parent = chain.parent_of(message.id) if message.id in chain.index else None
+            records.append(record_of(conv, message, parent))
+        else:
+            records.append(record_of(conv, message, parent_id))
+            parent_id = message.id
+    return records
+
+
+def _apply_updates(
+    conv: Conversation, records: list[MessageRecord], messages: list[Message]
+) -> None:
+    for record, message in zip(records, messages, strict=True):
+        if record.id in conv.chain.index:
+            conv.chain.replace(message)
+
+
+async def _after_append(
+    conv: Conversation,
+    records: list[MessageRecord],
+    messages: list[Message],
+    version: int | None,
+    expected: str | None,
+    updates: set[str],
+) -> None:
+    chain = conv.chain
+    if chain.version is None or chain.head != expected:
+        # Grafted onto a head this engine has not seen: catch up from the store.
+        await conv.sync()
+        return
+    caught_up = version is not None and chain.version == version - 1
+    for record, message in zip(records, messages, strict=True):
+        if record.id in chain.index:
+            chain.replace(message)
+        elif record.id not in updates:
+            chain.append(record.id, record.parent_id, message)
+        # else: an in-place update of a message off this branch; the chain is unchanged.
+    if caught_up:
+        chain.version = version
+    # Otherwise keep the older version: the next sync fetches what others wrote since.
+
+
+async def fork_for_update(
+    conv: Conversation, messages: list[Message], existing_id: str, *, name: str | None = None
+) -> SaveResult:
+    """``branch=True`` and a pending id exists: a new branch from its parent, fresh ids.
+
+    The fork starts at the parent of the turn's *first* message that exists, which may come
+    before ``existing_id`` (stored off the cached chain, say by another engine); that message
+    and every one after it get fresh ids, so no stored message is written over.
+    """
+    assert conv.branch is not None
+    existing: MessageRecord | None = None
+    for message in messages:
+        existing = await conv.store.get_message(message.id)
+        if existing is not None or message.id == existing_id:
+            break
+    if existing is None:  # deleted meanwhile; not possible through the engine
+        raise MessageNotFoundError(f"message {existing_id!r} does not exist")
+    if existing.chat_id != conv.chat_id:
+        raise InvalidGraphError(
+            f"message id {existing.id!r} is used in another chat; message ids are global, "
+            "give the message a new id"
+        )
+    start = existing.parent_id
+    renamed: list[Message] = []
+    seen_existing = False
+    for message in messages:
+        if message.id == existing.id or seen_existing or message.id in conv.chain.index:
+            seen_existing = True
+            message = message.model_copy(update={"id": new_message_id()})
+        renamed.append(message)
+    records: list[MessageRecord] = []
+    parent = start
+    for message in renamed:
+        records.append(record_of(conv, message, parent))
+        parent = message.id
+    info = await conv.store.fork_branch(
+        conv.chat_id,
+        conv.branch.name,
+        head_message_id=start,
+        activate=True,
+        messages=records,
+        name=name,
+    )
+    conv.branch = Branch.model_validate(info.model_dump(exclude={"message_count"}))
+    if conv.chain.truncate(start):
+        # The version stays: the next sync fetches the fork's own rows (and anything else
+        # written since) and finds them in place.
+        for record, message in zip(records, renamed, strict=True):
+            conv.chain.append(record.id, record.parent_id, message)
+    else:
+        conv.chain.invalidate()
+    return SaveResult(head_message_id=info.head_message_id)

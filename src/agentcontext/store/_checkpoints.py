@@ -1,0 +1,62 @@
+"""Checkpoints: named pointers to any message of a chat. Plain functions of a connection."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, delete, select
+
+from agentcontext.store import _branches, _chats, _rows
+from agentcontext.store._checks import new_id
+from agentcontext.store._dialects import Dialect
+from agentcontext.store._schema import checkpoints as K
+from agentcontext.store.records import Checkpoint, utcnow
+
+__all__ = ["CHECKPOINT_COLS", "create", "get", "list_all", "remove"]
+
+CHECKPOINT_COLS = (K.c.id, K.c.chat_id, K.c.name, K.c.message_id, K.c.created_at)
+
+
+def create(
+    conn: Connection, dialect: Dialect, chat_id: str, name: str, message_id: str
+) -> Checkpoint:
+    """Create a checkpoint, or move the one of that name (write transaction)."""
+    now = utcnow()
+    _chats.touch(conn, chat_id)
+    _branches.check_head(conn, chat_id, message_id)
+    insert = dialect.insert(K)
+    statement = (
+        insert.values(
+            id=new_id(), chat_id=chat_id, name=name, message_id=message_id, created_at=now
+        )
+        .on_conflict_do_update(
+            index_elements=[K.c.chat_id, K.c.name],
+            set_={"message_id": insert.excluded.message_id, "created_at": now},
+        )
+        .returning(*CHECKPOINT_COLS)
+    )
+    return _rows.checkpoint(conn.execute(statement).one())
+
+
+def get(conn: Connection, chat_id: str, name: str) -> Checkpoint | None:
+    """The checkpoint of that name, or None."""
+    row = conn.execute(
+        select(*CHECKPOINT_COLS).where(K.c.chat_id == chat_id, K.c.name == name)
+    ).first()
+    return None if row is None else _rows.checkpoint(row)
+
+
+def list_all(conn: Connection, chat_id: str) -> list[Checkpoint]:
+    """The chat's checkpoints, newest first."""
+    rows = conn.execute(
+        select(*CHECKPOINT_COLS)
+        .where(K.c.chat_id == chat_id)
+        .order_by(K.c.created_at.desc(), K.c.name)
+    ).all()
+    if not rows:
+        _chats.require(conn, chat_id)
+    return [_rows.checkpoint(row) for row in rows]
+
+
+def remove(conn: Connection, chat_id: str, name: str) -> bool:
+    """Delete a checkpoint; False if there was none of that name (write transaction)."""
+    result = conn.execute(delete(K).where(K.c.chat_id == chat_id, K.c.name == name))
+    return bool(result.rowcount)

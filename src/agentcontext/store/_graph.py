@@ -1,0 +1,43 @@
+"""The whole-graph view of a chat: every message (as a preview), branch and checkpoint."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, select
+
+from agentcontext.store import _branches, _chats, _checkpoints, _rows, _text
+from agentcontext.store._schema import messages as M
+from agentcontext.store.records import Graph, GraphNode
+
+__all__ = ["graph"]
+
+
+def graph(conn: Connection, chat_id: str) -> Graph:
+    """Every message, branch and checkpoint of the chat (read in one transaction)."""
+    _chats.require(conn, chat_id)
+    rows = conn.execute(
+        select(M.c.id, M.c.parent_id, M.c.name, M.c.data, M.c.created_at)
+        .where(M.c.chat_id == chat_id)
+        .order_by(M.c.seq)
+    ).all()
+    nodes = [
+        _rows.build(
+            GraphNode,
+            {
+                "id": row[0],
+                "parent_id": row[1],
+                "role": row[2],
+                "preview": _text.preview(row[3]),
+                "created_at": row[4],
+            },
+        )
+        for row in rows
+    ]
+    return _rows.build(
+        Graph,
+        {
+            "chat_id": chat_id,
+            "nodes": nodes,
+            "branches": _branches.list_infos(conn, chat_id),
+            "checkpoints": _checkpoints.list_all(conn, chat_id),
+        },
+    )
