@@ -20,13 +20,14 @@ equal. After changing the catalogue, rewrite the table with::
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import math
 import string
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ import pytest
 from sqlalchemy import select
 
 from agentcontext import (
+    BranchExistsError,
     ChatExport,
     ChatOwnershipError,
     ChatUpdate,
@@ -54,6 +56,8 @@ from agentcontext import (
     SerializationError,
     SnapshotError,
     SqlContextStore,
+    StoreClosedError,
+    StoreError,
     TextPart,
     TomlRenderer,
     ToolPart,
@@ -1296,6 +1300,214 @@ def snapshot_entries() -> Iterator[Entry]:
     )
 
 
+def range_entries() -> Iterator[Entry]:
+    """Numbers the database could not hold, and instants that are no date in UTC."""
+
+    async def list_chats_limit(w: World) -> object:
+        return await w.store.list_chats(limit=2**63)
+
+    async def list_chats_limit_31(w: World) -> object:
+        return await w.store.list_chats(limit=2**31)
+
+    async def list_chats_offset(w: World) -> object:
+        return await w.store.list_chats(offset=2**63)
+
+    async def search_limit(w: World) -> object:
+        return await w.store.search_messages(SEED, "hello", limit=2**63)
+
+    async def search_user_limit(w: World) -> object:
+        return await w.store.search_user_messages(OWNER, "hello", limit=2**31)
+
+    yield Entry(
+        "count-out-of-range",
+        "A limit or offset of 2**31 or more (list_chats, search_messages, search_user_messages)",
+        InvalidInputError,
+        "Page with a smaller limit; every backend binds row counts as 32-bit integers.",
+        (list_chats_limit, list_chats_limit_31, list_chats_offset, search_limit, search_user_limit),
+        says=("at most",),
+    )
+
+    async def get_changes(w: World) -> object:
+        return await w.store.get_changes(SEED, 2**63)
+
+    async def metadata_filter(w: World) -> object:
+        return await w.store.list_chats(metadata={"team": 2**70})
+
+    yield Entry(
+        "integer-beyond-64-bits",
+        "An integer beyond 64 bits as a change version or a metadata filter value",
+        InvalidInputError,
+        "Use values that fit in 64 bits (a filter value can be a string).",
+        (get_changes, metadata_filter),
+        says=("64 bits",),
+    )
+
+    huge = 10**5000
+    yield Entry(
+        "json-integer-of-thousands-of-digits",
+        "A JSON integer of 5 000 digits in a message part or in chat metadata",
+        SerializationError,
+        "Store such a number as a string.",
+        (
+            *message_data_calls(data_message("new-m", huge)),
+            *metadata_calls({"n": huge}),
+        ),
+        says=("digits",),
+    )
+
+
+def import_entries() -> Iterator[Entry]:
+    """Exports that would not fit this database, or any database."""
+
+    async def renamed(w: World) -> ChatExport:
+        """The seeded chat's export under fresh chat and message ids (ids of branches,
+        checkpoints and snapshots unchanged: they exist in this database)."""
+        export = await w.store.export_chat(SEED)
+        fresh = {m.id: f"{m.id}-copy" for m in export.messages}
+        chat = export.chat.model_copy(update={"id": "copy"})
+        return export.model_copy(
+            update={
+                "chat": chat,
+                "messages": [
+                    m.model_copy(
+                        update={
+                            "id": fresh[m.id],
+                            "chat_id": "copy",
+                            "parent_id": None if m.parent_id is None else fresh[m.parent_id],
+                        }
+                    )
+                    for m in export.messages
+                ],
+                "branches": [
+                    b.model_copy(
+                        update={
+                            "chat_id": "copy",
+                            "head_message_id": None
+                            if b.head_message_id is None
+                            else fresh[b.head_message_id],
+                        }
+                    )
+                    for b in export.branches
+                ],
+                "checkpoints": [
+                    c.model_copy(update={"chat_id": "copy", "message_id": fresh[c.message_id]})
+                    for c in export.checkpoints
+                ],
+                "snapshots": [],
+                "blobs": [],
+            }
+        )
+
+    def with_new_branch_ids(export: ChatExport) -> ChatExport:
+        return export.model_copy(
+            update={
+                "branches": [b.model_copy(update={"id": f"{b.id}-copy"}) for b in export.branches]
+            }
+        )
+
+    async def long_checkpoint_id(w: World) -> object:
+        export = with_new_branch_ids(await renamed(w))
+        export.checkpoints[0] = export.checkpoints[0].model_copy(update={"id": "c" * 10_000})
+        return await w.store.import_chat(export)
+
+    async def nul_checkpoint_id(w: World) -> object:
+        export = with_new_branch_ids(await renamed(w))
+        export.checkpoints[0] = export.checkpoints[0].model_copy(update={"id": "c\x00p"})
+        return await w.store.import_chat(export)
+
+    async def year_one(w: World) -> object:
+        export = with_new_branch_ids(await renamed(w))
+        early = datetime(1, 1, 1, 5, tzinfo=timezone(timedelta(hours=14)))
+        export.messages[0] = export.messages[0].model_copy(update={"created_at": early})
+        return await w.store.import_chat(export)
+
+    yield Entry(
+        "import-bad-checkpoint-or-time",
+        "An import with a checkpoint id of 10 000 characters or with a NUL, or a message "
+        "created in year 1 at +14:00 (before year 1 in UTC)",
+        InvalidInputError,
+        "Fix the export: ids are at most 255 characters without NUL, times are valid in UTC.",
+        (long_checkpoint_id, nul_checkpoint_id, year_one),
+    )
+
+    async def taken_branch_ids(w: World) -> object:
+        return await w.store.import_chat(await renamed(w))
+
+    yield Entry(
+        "import-taken-branch-id",
+        "An import whose branch ids exist in this database (another chat's)",
+        BranchExistsError,
+        "Import the chat under another id (the command line's `import --as NEW_ID` renames "
+        "every id).",
+        (taken_branch_ids,),
+        says=("exist", "another id"),
+    )
+
+    async def taken_checkpoint_ids(w: World) -> object:
+        return await w.store.import_chat(with_new_branch_ids(await renamed(w)))
+
+    yield Entry(
+        "import-taken-checkpoint-id",
+        "An import whose checkpoint ids exist in this database (another chat's)",
+        InvalidGraphError,
+        "Import the chat under another id (the command line's `import --as NEW_ID` renames "
+        "every id).",
+        (taken_checkpoint_ids,),
+        says=("exist", "another id"),
+    )
+
+
+def lifecycle_entries() -> Iterator[Entry]:
+    """A store used after it was closed, or from another event loop."""
+
+    def url_of(w: World) -> str:
+        return w.store.engine.url.render_as_string(hide_password=False)
+
+    async def after_close(w: World) -> object:
+        store = SqlContextStore(url_of(w))
+        await store.initialize()
+        await store.close()
+        return await store.get_chat(SEED)
+
+    async def enter_after_close(w: World) -> object:
+        store = SqlContextStore(url_of(w))
+        await store.close()
+        async with store:
+            return None
+
+    async def engine_after_close(w: World) -> object:
+        store = SqlContextStore(url_of(w))
+        await store.close()
+        return await ContextEngine(store=store, chat_id=SEED, user_id=OWNER).set(user("x")).save()
+
+    yield Entry(
+        "closed-store",
+        "A store used (or entered with `async with`) after `close()`",
+        StoreClosedError,
+        "Create a new store; close it once, when the application stops.",
+        (after_close, enter_after_close, engine_after_close),
+        says=("closed",),
+    )
+
+    async def other_loop(w: World) -> object:
+        return await asyncio.to_thread(asyncio.run, w.store.get_chat(SEED))
+
+    async def other_loop_engine(w: World) -> object:
+        async def save() -> object:
+            return await w.engine().set(user("x")).save()
+
+        return await asyncio.to_thread(asyncio.run, save())
+
+    yield Entry(
+        "store-in-another-event-loop",
+        "A store used from another event loop (another `asyncio.run()`, another thread)",
+        StoreError,
+        "Make one store per event loop.",
+        (other_loop, other_loop_engine),
+        says=("another event loop",),
+    )
+
+
 def renderer_entries() -> Iterator[Entry]:
     async def generate() -> Any:
         yield "item"
@@ -1377,6 +1589,10 @@ WRONG: dict[str, tuple[object, ...]] = {
     "Mapping[str, Any] | Any": (None, 42, "text", [1]),
     "str | URL | AsyncEngine": (None, 42, b"bytes"),
     "MigrateMode": (None, 1.5, ["auto"]),
+    "float | None": ("3", True, [1.0]),
+    "float": (None, "3", True, [1.0]),
+    "bool | None": (1, "yes", [True]),
+    "AsyncConnection": (None, "text", 42),
 }
 
 
@@ -1447,6 +1663,18 @@ STORE_BASELINES: dict[str, Baseline] = {
         "updates": [],
     },
     "list_branches": lambda w: {"chat_id": SEED},
+    "rename_branch": lambda w: {"chat_id": SEED, "name": "main-v2", "new_name": "side"},
+    "delete_branch": lambda w: {"chat_id": SEED, "name": "main-v2"},
+    "open_chat": lambda w: {"chat_id": SEED, "user_id": OWNER},
+    "load_chain_rows": lambda w: {
+        "chat_id": SEED,
+        "head_id": HEAD,
+        "head_depth": 2,
+        "chat_size": 2,
+        "stop_depth": 0,
+        "stop_at": None,
+    },
+    "using": lambda w: {"connection": None},
     "create_checkpoint": lambda w: {"chat_id": SEED, "name": "cp2", "message_id": HEAD},
     "get_checkpoint": lambda w: {"chat_id": SEED, "name": "cp"},
     "list_checkpoints": lambda w: {"chat_id": SEED},
@@ -1502,7 +1730,10 @@ ENGINE_BASELINES: dict[str, Baseline] = {
     "complete_turn": lambda w: {"assistant_fragment": assistant_text("x")},
     "rewind": lambda w: {"message_id": FIRST},
     "checkpoint": lambda w: {"name": "cp2"},
-    "restore": lambda w: {"name": "cp"},
+    "restore": lambda w: {"checkpoint": "cp"},
+    "btw": lambda w: {"name": None},
+    "rename_branch": lambda w: {"name": "main-v2", "new_name": "side"},
+    "delete_branch": lambda w: {"name": "main-v2"},
     "switch_branch": lambda w: {"name": "main-v2"},
     "update_chat": lambda w: {"title": "t", "metadata": {"a": 1}},
     "track_usage": lambda w: {"usage": {"input_tokens": 1}},
@@ -1616,6 +1847,9 @@ CATALOGUE: tuple[Entry, ...] = (
     *literal_entries(),
     *graph_entries(),
     *snapshot_entries(),
+    *range_entries(),
+    *import_entries(),
+    *lifecycle_entries(),
     *renderer_entries(),
     *type_entries(),
 )
