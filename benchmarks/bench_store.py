@@ -112,6 +112,9 @@ class SqliteFloor:
 
     async def open(self) -> None:
         self.db = await aiosqlite.connect(self.path, isolation_level=None)
+        # The store's durability: no fsync per commit in WAL mode (a killed process loses
+        # nothing); SQLite's default would sync every commit and make the floor slow.
+        await self.db.execute("PRAGMA synchronous = NORMAL")
 
     async def close(self) -> None:
         assert self.db is not None

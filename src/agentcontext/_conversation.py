@@ -96,6 +96,7 @@ class ChainCache:
     __slots__ = (
         "detached",
         "detached_version",
+        "expected",
         "head",
         "ids",
         "index",
@@ -116,6 +117,22 @@ class ChainCache:
         """Ids of the empty assistant placeholders on the chain (resolve leaves them out)."""
         self.detached: tuple[list[str], list[str | None], list[Message]] | None = None
         self.detached_version = 0
+        self.expected: tuple[int, str | None] | None = None
+        """``(version, head)`` the store should report if nobody else wrote since this
+        engine's last save (whose version was not read back)."""
+
+    def expect(self, version: int, head: str | None) -> None:
+        """The version and head the store reaches if nobody else writes (see `confirm`)."""
+        self.expected = (version, head)
+
+    def confirm(self, version: int, head: str | None) -> bool:
+        """Whether the store's ``(version, head)`` is the expected one: the cache is then up
+        to date at that version."""
+        expected, self.expected = self.expected, None
+        if self.version is not None and expected == (version, head):
+            self.version = version
+            return True
+        return False
 
     def reset(
         self,
@@ -130,10 +147,12 @@ class ChainCache:
         self.index = {message_id: i for i, message_id in enumerate(ids)}
         self.placeholders = {m.id for m in messages if is_empty_assistant_placeholder(m)}
         self.detached = None
+        self.expected = None
 
     def invalidate(self) -> None:
         self.version = None
         self.detached = None
+        self.expected = None
 
     def parent_of(self, message_id: str) -> str | None:
         """The stored parent of a cached message."""
@@ -300,6 +319,8 @@ class Conversation:
             head, version = state.branch.head_message_id, state.version
             depth, size = state.head_depth, state.message_count
         if chain.version is not None and chain.version == version and chain.head == head:
+            return
+        if chain.confirm(version, head):
             return
         if chain.version is not None and await self._catch_up(head, version):
             return

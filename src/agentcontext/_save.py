@@ -167,13 +167,16 @@ async def _attempt(
                 if state is None:
                     raise conv.deleted_error()
                 return SaveResult(head_message_id=state.branch.head_message_id)
-            result = await store.append_messages(
-                conv.branch.id,
-                records,
-                expected_head=expected,
-                new_head=new_ids[-1],
-                updates=known,
-            )
+            if known:
+                result = await store.append_messages(
+                    conv.branch.id,
+                    records,
+                    expected_head=expected,
+                    new_head=new_ids[-1],
+                    updates=known,
+                )
+            else:  # new messages only: what almost every save writes
+                result = await store.append_turn(conv.branch.id, records, expected_head=expected)
         except StoreUnavailableError:
             # The connection dropped: the write may or may not have committed.
             ambiguous = True
@@ -252,14 +255,18 @@ async def _after_append(
         # Grafted onto a head this engine has not seen: catch up from the store.
         await conv.sync()
         return
-    caught_up = version is not None and chain.version == version - 1
+    cached = chain.version
     for record, message in zip(records, messages, strict=True):
         if record.id in chain.index:
             chain.replace(message)
         elif record.id not in updates:
             chain.append(record.id, record.parent_id, message)
         # else: an in-place update of a message off this branch; the chain is unchanged.
-    if caught_up:
+    if version is None:
+        # Not read back: a save bumps the version by one, so if the next read finds exactly
+        # that (and this head), nobody else wrote in between.
+        chain.expect(cached + 1, chain.head)
+    elif version == cached + 1:
         chain.version = version
     # Otherwise keep the older version: the next sync fetches what others wrote since.
 

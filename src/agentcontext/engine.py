@@ -841,4 +841,3 @@ class ContextEngine:
                 graph=graph,
                 meta=InspectMeta(chat_id=self.chat_id, branch=conv.branch.name, timestamp=utcnow()),
             )
-

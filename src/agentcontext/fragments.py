@@ -698,4 +698,7 @@ def is_empty_assistant_placeholder(msg: Message) -> bool:
     """
     if msg.role != "assistant":
         return False
-    return all(isinstance(part, TextPart) and not part.text.strip() for part in msg.parts)
+    for part in msg.parts:
+        if not isinstance(part, TextPart) or part.text.strip():
+            return False
+    return True

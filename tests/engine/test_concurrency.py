@@ -22,17 +22,19 @@ TURNS = 25
 
 
 def count_conflicts(store: SqlContextStore, counter: dict[str, int]) -> None:
-    """Count the compare-and-swap appends that lost the race (the grafting path)."""
-    original = store.append_messages
+    """Count the compare-and-swap appends that lost the race (the grafting path): the engine
+    saves new messages with ``append_turn``, anything else with ``append_messages``."""
+    for name in ("append_messages", "append_turn"):
+        original = getattr(store, name)
 
-    async def counting(*args: Any, **kwargs: Any) -> AppendResult:
-        result = await original(*args, **kwargs)
-        counter["appends"] += 1
-        if not result.ok:
-            counter["conflicts"] += 1
-        return result
+        async def counting(*args: Any, original: Any = original, **kwargs: Any) -> AppendResult:
+            result: AppendResult = await original(*args, **kwargs)
+            counter["appends"] += 1
+            if not result.ok:
+                counter["conflicts"] += 1
+            return result
 
-    store.append_messages = counting  # type: ignore[method-assign]
+        setattr(store, name, counting)
 
 
 @pytest.mark.parametrize("stores", [1, 2], ids=["one-store", "two-stores"])

@@ -68,7 +68,7 @@ async def test_a_retried_save_stores_the_turn_once(
     engine.set(user("first"), assistant_text("one"))
     await engine.save()
     monkeypatch.setattr(
-        store, "append_messages", LostAcknowledgement(store, "append_messages", error)
+        store, "append_turn", LostAcknowledgement(store, "append_turn", error)
     )
     engine.set(user("second"), assistant_text("two"))
     if error is StoreUnavailableError:
@@ -95,9 +95,7 @@ async def test_a_retried_begin_turn_returns_the_same_placeholder(
     engine = ContextEngine(store=store, chat_id="turn", user_id="u")
     question = user("a question")
     monkeypatch.setattr(
-        store,
-        "append_messages",
-        LostAcknowledgement(store, "append_messages", asyncio.CancelledError),
+        store, "append_turn", LostAcknowledgement(store, "append_turn", asyncio.CancelledError)
     )
     with pytest.raises(asyncio.CancelledError):
         await engine.begin_turn(question)

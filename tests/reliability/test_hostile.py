@@ -1662,6 +1662,11 @@ STORE_BASELINES: dict[str, Baseline] = {
         "new_head": "new-m",
         "updates": [],
     },
+    "append_turn": lambda w: {
+        "branch_id": w.branch_id,
+        "messages": [rec("new-m", SEED, HEAD)],
+        "expected_head": HEAD,
+    },
     "list_branches": lambda w: {"chat_id": SEED},
     "rename_branch": lambda w: {"chat_id": SEED, "name": "main-v2", "new_name": "side"},
     "delete_branch": lambda w: {"chat_id": SEED, "name": "main-v2"},

@@ -334,6 +334,7 @@ def append_rows(
     branch_id: str,
     rows: Sequence[AppendRow],
     head: str,
+    report_version: bool = True,
 ) -> AppendResult:
     """The fast append: new messages chained after the head, in one statement per
     ``dialect.append_chunk`` rows (one statement for any usual save)."""
@@ -342,7 +343,13 @@ def append_rows(
     for start in range(0, len(rows), dialect.append_chunk):
         chunk = rows[start : start + dialect.append_chunk]
         version = dialect.append(
-            conn, branch_id, chunk, first=start == 0, new_head=chunk[-1].id, touched_at=touched
+            conn,
+            branch_id,
+            chunk,
+            first=start == 0,
+            new_head=chunk[-1].id,
+            touched_at=touched,
+            report_version=report_version,
         )
     assert rows[-1].id == head
     return AppendResult(ok=True, head_message_id=head, version=version)

@@ -56,10 +56,16 @@ def _statement(dialect: Dialect, shape: str, plan: str) -> Any:
     found = _STATEMENTS.get(key)
     if found is None:
         if plan == "scan":
-            found = select(*_columns(dialect, shape, M)).where(
-                M.c.chat_id == bindparam("chat_id"),
-                M.c.depth > bindparam("stop_depth"),
-                M.c.depth <= bindparam("head_depth"),
+            # In depth order (the order of the index it reads): a chat with no other branch
+            # in the range gives the chain itself, root first.
+            found = (
+                select(*_columns(dialect, shape, M))
+                .where(
+                    M.c.chat_id == bindparam("chat_id"),
+                    M.c.depth > bindparam("stop_depth"),
+                    M.c.depth <= bindparam("head_depth"),
+                )
+                .order_by(M.c.depth)
             )
         else:
             chain = (
@@ -125,15 +131,19 @@ def _pick(
             _statement(dialect, shape, "scan"),
             {"chat_id": chat_id, "stop_depth": stop_depth, "head_depth": head_depth},
         ).all()
-        by_id = {row[0]: row for row in rows}
-        picked: list[Any] = []
-        current: str | None = head_id
-        while len(picked) < expected and current is not None and current != after:
-            row = by_id.get(current)
-            if row is None:
-                break
-            picked.append(row)
-            current = row[-2]
+        if len(rows) == expected and rows[-1][0] == head_id and _linked(rows):
+            rows.reverse()  # the usual, linear conversation: the rows are the chain
+            picked: list[Any] = rows
+        else:
+            by_id = {row[0]: row for row in rows}
+            picked = []
+            current: str | None = head_id
+            while len(picked) < expected and current is not None and current != after:
+                row = by_id.get(current)
+                if row is None:
+                    break
+                picked.append(row)
+                current = row[-2]
     else:
         picked = list(
             conn.execute(
@@ -155,6 +165,17 @@ def _pick(
             "link, or a message of another chat); the database was changed outside agentcontext"
         )
     return picked
+
+
+def _linked(rows: list[Any]) -> bool:
+    """Whether rows in depth order each have the previous one as parent (and so the depths
+    they were read by)."""
+    previous = rows[0][0]
+    for row in rows[1:]:
+        if row[-2] != previous:
+            return False
+        previous = row[0]
+    return True
 
 
 def load_records(

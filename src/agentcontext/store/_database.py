@@ -238,7 +238,10 @@ class Database:
                 return unit(conn)
             if mode == "atomic":
                 result = unit(conn)
-                conn.commit()  # no round trip in autocommit; behind PgBouncer, the commit
+                if self.dialect.atomic_needs_commit:
+                    conn.commit()  # behind PgBouncer the statement ran in a transaction
+                # Otherwise it committed by itself; closing rolls back SQLAlchemy's empty
+                # transaction (no round trip on asyncpg) instead of resetting the connection.
                 return result
             transaction = conn.begin()
             try:

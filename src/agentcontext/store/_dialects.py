@@ -102,6 +102,8 @@ class Dialect(abc.ABC):
 
     name: ClassVar[str]
     is_sqlite: ClassVar[bool]
+    atomic_needs_commit = False
+    """Whether a lone statement runs inside a transaction to commit (behind PgBouncer)."""
 
     # --- engine -----------------------------------------------------------------------------
 
@@ -176,10 +178,14 @@ class Dialect(abc.ABC):
         first: bool,
         new_head: str,
         touched_at: datetime,
+        report_version: bool = True,
     ) -> int | None:
         """Insert ``rows`` after the branch head and move the head to ``new_head``, in one
         statement, if the head is the first row's parent (compare-and-swap). The rows are a
         chain: each one is the parent of the next, and the last one is ``new_head``.
+
+        With ``report_version`` the chat's version after the write is returned when the
+        dialect can read it in the same statement (otherwise None).
 
         ``first`` marks the first statement of a save (it bumps the chat's version). Returns
         the chat's version after the write when the dialect reports it. Raises
@@ -299,6 +305,57 @@ _APPENDS = Table(
 """The SQLite view whose INSTEAD OF trigger appends a message (see migration 0003)."""
 
 
+_WRITTEN = M.alias("written")
+_SQLITE_SA = sqlite.dialect(paramstyle="qmark")
+_SQLITE_APPENDS: dict[tuple[int, bool], tuple[str, tuple[str, ...]]] = {}
+
+
+def _sqlite_append(count: int, returning: bool) -> tuple[str, tuple[str, ...]]:
+    """The append of ``count`` rows: one INSERT into the view, with ``returning`` the version
+    each message got (the subquery is correlated, so SQLite runs it after each row's trigger;
+    reading it costs a round trip to the driver's thread).
+
+    Compiled once per row count here (SQLAlchemy does not cache multi-row INSERTs): its SQL and
+    the order of its parameters, run with ``exec_driver_sql``, which SQLAlchemy's events see
+    like any statement."""
+    found = _SQLITE_APPENDS.get((count, returning))
+    if found is None:
+        written = (
+            select(_WRITTEN.c.version)
+            .where(_WRITTEN.c.id == literal_column("message_appends.id"))
+            .scalar_subquery()
+        )
+        rows: list[dict[str, Any]] = [
+            {
+                "branch_id": bindparam("branch_id"),
+                "touched_at": bindparam("touched_at"),
+                **{
+                    name: bindparam(f"{name}_{index}")
+                    for name in (
+                        "first",
+                        "id",
+                        "chat_id",
+                        "parent_id",
+                        "name",
+                        "type",
+                        "data",
+                        "created_at",
+                        "tokens",
+                    )
+                },
+            }
+            for index in range(count)
+        ]
+        statement = insert(_APPENDS).values(rows)
+        if returning:
+            statement = statement.returning(written)
+        compiled = statement.compile(dialect=_SQLITE_SA)
+        found = (compiled.string, tuple(compiled.positiontup or ()))
+        if len(_SQLITE_APPENDS) < 256:
+            _SQLITE_APPENDS[count, returning] = found
+    return found
+
+
 def _candidate_columns(dialect: Dialect) -> list[Any]:
     return [
         M.c.seq,
@@ -380,34 +437,24 @@ class SqliteDialect(Dialect):
         first: bool,
         new_head: str,
         touched_at: datetime,
+        report_version: bool = True,
     ) -> int | None:
         touched = self.encode_time(touched_at)
-        values = [
-            {
-                "branch_id": branch_id,
-                "first": 1 if first and index == 0 else 0,
-                "touched_at": touched,
-                "id": row.id,
-                "chat_id": row.chat_id,
-                "parent_id": row.parent_id,
-                "name": row.name,
-                "type": row.type,
-                "data": row.data,
-                "created_at": self.encode_time(row.created_at),
-                "tokens": " ".join(row.tokens),
-            }
-            for index, row in enumerate(rows)
-        ]
-        # The version each inserted message got (its chat's, after this save's bump). The
-        # subquery is correlated, so SQLite runs it after each row's trigger.
-        stored = M.alias("written")
-        written = (
-            select(stored.c.version)
-            .where(stored.c.id == literal_column("message_appends.id"))
-            .scalar_subquery()
-        )
+        params: dict[str, Any] = {"branch_id": branch_id, "touched_at": touched}
+        for index, row in enumerate(rows):
+            params[f"first_{index}"] = 1 if first and index == 0 else 0
+            params[f"id_{index}"] = row.id
+            params[f"chat_id_{index}"] = row.chat_id
+            params[f"parent_id_{index}"] = row.parent_id
+            params[f"name_{index}"] = row.name
+            params[f"type_{index}"] = row.type
+            params[f"data_{index}"] = row.data
+            params[f"created_at_{index}"] = self.encode_time(row.created_at)
+            params[f"tokens_{index}"] = " ".join(row.tokens)
+        sql, names = _sqlite_append(len(rows), report_version)
         try:
-            versions = conn.execute(insert(_APPENDS).values(values).returning(written)).all()
+            result = conn.exec_driver_sql(sql, tuple(params[name] for name in names))
+            versions = result.all() if report_version else None
         except DBAPIError as exc:
             message = str(_orig(exc))
             if "agentcontext: head moved" in message:
@@ -417,7 +464,7 @@ class SqliteDialect(Dialect):
             if self.is_unique_violation(exc):
                 raise AppendRefused("exists") from None
             raise
-        return int(versions[-1][0])
+        return None if versions is None else int(versions[-1][0])
 
     def search_row_values(self, rows: Sequence[tuple[str, list[str]]]) -> dict[str, Any]:
         return {}
@@ -531,6 +578,7 @@ class PostgresDialect(Dialect):
 
     def __init__(self, *, pgbouncer: bool = False) -> None:
         self.pgbouncer = pgbouncer
+        self.atomic_needs_commit = pgbouncer
         """Behind PgBouncer in transaction pooling mode every statement runs in a transaction:
         outside one, the preparing and the running of a statement may reach different server
         connections."""
@@ -589,6 +637,7 @@ class PostgresDialect(Dialect):
         first: bool,
         new_head: str,
         touched_at: datetime,
+        report_version: bool = True,
     ) -> int | None:
         params = {
             "touched_at": touched_at,

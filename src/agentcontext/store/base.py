@@ -428,6 +428,16 @@ class ContextStore(abc.ABC):
             head_depth=state.head_depth,
         )
 
+    async def append_turn(
+        self, branch_id: str, messages: Sequence[MessageRecord], *, expected_head: str | None
+    ) -> AppendResult:
+        """`append_messages` for a save: new messages, each the parent of the next, after the
+        head (compare-and-swap). The result's version may be None (not read back, to spare a
+        round trip): a save bumps it by one, and the engine confirms that on its next read."""
+        return await self.append_messages(
+            branch_id, messages, expected_head=expected_head, updates=()
+        )
+
     async def load_chain_rows(
         self,
         chat_id: str,
@@ -486,6 +496,9 @@ class EngineStore(Protocol):
         expected_head: str | None,
         new_head: str | None = None,
         updates: Collection[str] | None = None,
+    ) -> AppendResult: ...
+    async def append_turn(
+        self, branch_id: str, messages: Sequence[MessageRecord], *, expected_head: str | None
     ) -> AppendResult: ...
     async def add_messages(self, messages: Sequence[MessageRecord]) -> list[MessageRecord]: ...
     async def fork_branch(

@@ -621,7 +621,7 @@ class SqlContextStore(ContextStore):
                     f"message {record.id!r} is for chat {record.chat_id!r}, not {chat_id!r}"
                 )
         if self._is_plain_append(records, expected_head, head, allowed):
-            result = await self._append_fast(branch_id, chat_id, records, head, allowed)
+            result = await self._append_fast(branch_id, chat_id, records, head, allowed, True)
             if result is not None:
                 return result
         try:
@@ -638,6 +638,26 @@ class SqlContextStore(ContextStore):
             return appended
         except _branches.AppendConflict as conflict:
             return conflict.result
+
+    async def append_turn(
+        self, branch_id: str, messages: Sequence[MessageRecord], *, expected_head: str | None
+    ) -> AppendResult:
+        v.check_id(branch_id, "branch_id")
+        v.check_optional_id(expected_head, "expected_head")
+        records = check_records(messages)
+        if not records:
+            raise InvalidInputError("append_turn needs at least one message")
+        chat_id = records[0].chat_id
+        if any(r.chat_id != chat_id for r in records) or not self._is_plain_append(
+            records, expected_head, records[-1].id, None
+        ):
+            raise InvalidInputError(
+                "append_turn takes new messages of one chat, each the parent of the next, the "
+                "first one's parent being expected_head; use append_messages otherwise"
+            )
+        result = await self._append_fast(branch_id, chat_id, records, records[-1].id, set(), False)
+        assert result is not None
+        return result
 
     @staticmethod
     def _is_plain_append(
@@ -664,6 +684,7 @@ class SqlContextStore(ContextStore):
         records: list[MessageRecord],
         head: str,
         allowed: set[str] | None,
+        report_version: bool,
     ) -> AppendResult | None:
         """The single-statement append; None when the general path must decide."""
         rows = [
@@ -689,6 +710,7 @@ class SqlContextStore(ContextStore):
                     branch_id=branch_id,
                     rows=rows,
                     head=head,
+                    report_version=report_version,
                 ),
                 idempotent=True,
             )
