@@ -15,7 +15,7 @@ def graph(conn: Connection, chat_id: str) -> Graph:
     """Every message, branch and checkpoint of the chat (read in one transaction)."""
     _chats.require(conn, chat_id)
     rows = conn.execute(
-        select(M.c.id, M.c.parent_id, M.c.name, M.c.data, M.c.created_at)
+        select(M.c.id, M.c.parent_id, M.c.name, M.c.data, M.c.created_at, M.c.type)
         .where(M.c.chat_id == chat_id)
         .order_by(M.c.seq)
     ).all()
@@ -28,6 +28,7 @@ def graph(conn: Connection, chat_id: str) -> Graph:
                 "role": row[2],
                 "preview": _text.preview(row[3]),
                 "created_at": row[4],
+                "type": row[5],
             },
         )
         for row in rows

@@ -184,6 +184,9 @@ class GraphNode(_Record):
     preview: str
     """The message text (text parts only), at most 50 characters plus an ellipsis."""
     created_at: AwareDatetime
+    type: str = "message"
+    """``"message"``, or ``"compaction"`` for a summary stored beside the branch by
+    `ContextEngine.compact` (its parent is the last message it folds)."""
 
 
 class Graph(_Record):
