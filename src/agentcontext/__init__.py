@@ -12,6 +12,8 @@ with branches and checkpoints in SQLite or PostgreSQL::
 
 from __future__ import annotations
 
+from agentcontext._compaction import Compaction
+from agentcontext._window import ContextWindow
 from agentcontext.engine import (
     ContextEngine,
     InspectFragments,
@@ -27,6 +29,7 @@ from agentcontext.errors import (
     ChatOwnershipError,
     CheckpointNotFoundError,
     ContextError,
+    ContextWindowError,
     EmptyConversationError,
     FragmentLoadError,
     HeadConflictError,
@@ -196,6 +199,9 @@ __all__ = [
     "MessageNotFoundError",
     "MessageRecord",
     "ModelNotFoundError",
+    "ContextWindowError",
+    "ContextWindow",
+    "Compaction",
     "NotFoundError",
     "Part",
     "ReasoningPart",

@@ -35,9 +35,18 @@ from agentcontext.store.records import (
     MessageRecord,
 )
 
-__all__ = ["ChainCache", "Conversation", "decode_record", "decode_rows"]
+__all__ = [
+    "COMPACTION",
+    "ChainCache",
+    "Conversation",
+    "decode_record",
+    "decode_record_json",
+    "decode_rows",
+]
 
 DELETED = "was deleted while this engine had it open"
+COMPACTION = "compaction"
+"""The stored type of a compaction summary (a message beside the branch)."""
 
 _MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 
@@ -56,6 +65,11 @@ def decode_record(record: MessageRecord) -> Message:
         # identity (rewind, in-place updates and placeholders go by it).
         message = message.model_copy(update={"id": record.id})
     return message
+
+
+def decode_record_json(message_id: str, data: str | None) -> Message:
+    """A stored message from its JSON text (its id is the record's)."""
+    return decode_rows(ChainRows(ids=[message_id], parent_ids=[None], data=[data]))[0]
 
 
 def decode_rows(rows: ChainRows) -> list[Message]:
@@ -94,15 +108,19 @@ class ChainCache:
     """
 
     __slots__ = (
+        "base",
         "detached",
         "detached_version",
+        "dirty",
         "expected",
         "head",
         "ids",
         "index",
+        "loaded",
         "messages",
         "parents",
         "placeholders",
+        "summary",
         "version",
     )
 
@@ -120,6 +138,14 @@ class ChainCache:
         self.expected: tuple[int, str | None] | None = None
         """``(version, head)`` the store should report if nobody else wrote since this
         engine's last save (whose version was not read back)."""
+        self.loaded: ChainRows | None = None
+        """The rows of the last full load (their JSON texts fingerprint the messages)."""
+        self.dirty: builtins.set[str] = builtins.set()
+        """Ids of loaded messages changed since."""
+        self.summary: Message | None = None
+        """The compaction standing for the chain up to ``base`` (the messages held start
+        after it), or None: the messages held start at the root."""
+        self.base: str | None = None
 
     def expect(self, version: int, head: str | None) -> None:
         """The version and head the store reaches if nobody else writes (see `confirm`)."""
@@ -141,7 +167,13 @@ class ChainCache:
         ids: list[str],
         parents: list[str | None],
         messages: list[Message],
+        *,
+        summary: Message | None = None,
+        base: str | None = None,
+        loaded: ChainRows | None = None,
     ) -> None:
+        self.summary, self.base = summary, base
+        self.loaded, self.dirty = loaded, builtins.set()
         self.head, self.version = head, version
         self.ids, self.parents, self.messages = ids, parents, messages
         self.index = {message_id: i for i, message_id in enumerate(ids)}
@@ -164,6 +196,10 @@ class ChainCache:
         if self.version is None:
             return False
         if message_id is None:
+            if self.summary is not None:
+                return False
+            keep = 0
+        elif message_id == self.base and message_id is not None:
             keep = 0
         elif message_id in self.index:
             keep = self.index[message_id] + 1
@@ -205,12 +241,12 @@ class ChainCache:
         except ValueError:
             return False
         anchor = parents[0]
-        if anchor is not None and anchor not in self.index:
+        if anchor is not None and anchor not in self.index and anchor != self.base:
             return False
         assert self.version is not None
         since = self.detached_version
         self.detached = None
-        self._cut(0 if anchor is None else self.index[anchor] + 1)
+        self._cut(0 if anchor is None or anchor == self.base else self.index[anchor] + 1)
         for i in range(end + 1):
             self.append(ids[i], parents[i], messages[i])
         # Changes made to the tail while it was detached were not applied: fetch them again.
@@ -226,8 +262,21 @@ class ChainCache:
         if is_empty_assistant_placeholder(message):
             self.placeholders.add(message_id)
 
+    def raw_texts(self) -> dict[str, str | None]:
+        """The stored JSON text of the loaded messages not changed since (by id)."""
+        rows = self.loaded
+        if rows is None:
+            return {}
+        texts = dict(zip(rows.ids, rows.data, strict=True))
+        if rows.summary_id is not None:
+            texts[rows.summary_id] = rows.summary
+        for message_id in self.dirty:
+            texts.pop(message_id, None)
+        return texts
+
     def replace(self, message: Message) -> None:
         """A cached message updated in place (its parent stays)."""
+        self.dirty.add(message.id)
         self.messages[self.index[message.id]] = message
         if is_empty_assistant_placeholder(message):
             self.placeholders.add(message.id)
@@ -328,15 +377,28 @@ class Conversation:
             chain.reset(None, version, [], [], [])
             return
         rows = await self.store.load_chain_rows(
-            self.chat_id, head, head_depth=depth, chat_size=size
+            self.chat_id, head, head_depth=depth, chat_size=size, compacted=True
         )
-        chain.reset(head, version, rows.ids, rows.parent_ids, decode_rows(rows))
+        summary = None
+        if rows.summary_id is not None:
+            summary = decode_record_json(rows.summary_id, rows.summary)
+        chain.reset(
+            head,
+            version,
+            rows.ids,
+            rows.parent_ids,
+            decode_rows(rows),
+            summary=summary,
+            base=rows.base_id,
+        )
 
     async def _catch_up(self, head: str | None, version: int) -> bool:
         """Apply the changes since the cached version; False when a full load is needed."""
         chain = self.chain
         assert chain.version is not None
         changes = await self.store.get_changes(self.chat_id, chain.version)
+        if any(record.type == COMPACTION for record in changes):
+            return False  # a compaction was stored: the full load finds where it applies
         by_id = {record.id: record for record in changes}
         for record in changes:
             if record.id in chain.index:

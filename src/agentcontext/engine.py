@@ -22,8 +22,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentcontext import _validate as v
-from agentcontext._conversation import DELETED, Conversation
+from agentcontext._compaction import Compaction, Summarizer
+from agentcontext._compaction import compact as compact_branch
+from agentcontext._conversation import COMPACTION, DELETED, Conversation
 from agentcontext._save import SaveResult, save_turn
+from agentcontext._window import ContextWindow, fit
 from agentcontext.errors import (
     BranchNotFoundError,
     ChatNotFoundError,
@@ -346,26 +349,57 @@ class ContextEngine:
     # --- resolve ----------------------------------------------------------------------------
 
     async def resolve(
-        self, *, renderer: ContextRenderer | None = None, record: bool = False
+        self,
+        *,
+        renderer: ContextRenderer | None = None,
+        window: ContextWindow | None = None,
+        record: bool = False,
     ) -> ResolveResult:
         """Render the system prompt and assemble the conversation.
 
         Lazy fragment data is materialised first (once per engine). The messages are the
         branch's stored chain, with pending messages appended; a pending message with the id of
-        a stored one replaces it in place, and empty assistant placeholders are left out.
+        a stored one replaces it in place, and empty assistant placeholders are left out. After
+        a `compact`, the chain starts with the compaction's summary.
 
         Args:
             renderer: Defaults to `XmlRenderer`.
+            window: Fit the request into a model's input limit: whole oldest turns are left
+                out (``ResolveResult.omitted``), the system prompt, pinned messages and the
+                newest turn always stay, and ``ResolveResult.estimate`` gives the tokens sent.
+                See `ContextWindow`.
             record: Store what the model is shown so `replay` can give it back.
+
+        Raises:
+            ContextWindowError: the request cannot fit the window even so.
         """
         renderer = self._check_renderer(renderer)
+        if window is not None and not isinstance(window, ContextWindow):
+            raise InvalidTypeError(f"window must be a ContextWindow, got {v.type_name(window)}")
         v.check_bool(record, "record")
         async with self._session():
             fragments = await self._materialize()
             system_prompt = renderer.render(fragments)
             await self._conv.sync()
+            messages = self._compose()
+            omitted: list[str] = []
+            estimate: int | None = None
+            if window is not None:
+                summary = self._conv.chain.summary
+                fitted = fit(
+                    window,
+                    system_prompt,
+                    messages,
+                    keep=None if summary is None else (lambda m: m is summary),
+                    raw=self._conv.chain.raw_texts(),
+                )
+                messages, omitted, estimate = fitted.messages, fitted.omitted, fitted.tokens
             result = ResolveResult.model_construct(
-                system_prompt=system_prompt, messages=self._compose(), record_id=None
+                system_prompt=system_prompt,
+                messages=messages,
+                record_id=None,
+                omitted=omitted,
+                estimate=estimate,
             )
             if record:
                 result = await self._record(result, renderer)
@@ -497,6 +531,13 @@ class ContextEngine:
         return list(by_id.values())
 
     def _compose(self) -> list[Message]:
+        chain = self._conv.chain
+        composed = self._compose_chain()
+        if chain.summary is not None:
+            composed.insert(0, chain.summary)
+        return composed
+
+    def _compose_chain(self) -> list[Message]:
         chain = self._conv.chain
         pending = self._pending_messages()
         if not pending and not chain.placeholders:
@@ -651,6 +692,11 @@ class ContextEngine:
                 raise InvalidGraphError(
                     f"message {message_id!r} belongs to another chat, not {self.chat_id!r}"
                 )
+            if message.type == COMPACTION:
+                raise InvalidInputError(
+                    f"message {message_id!r} is a compaction summary, not a message of a "
+                    f"branch; rewind to the message it folds up to ({message.parent_id!r})"
+                )
         info = await self._store.fork_branch(
             self.chat_id, conv.branch.name, head_message_id=message_id, activate=True, name=name
         )
@@ -749,6 +795,33 @@ class ContextEngine:
             return await self._store.delete_branch(self.chat_id, name)
 
     # --- chat metadata ----------------------------------------------------------------------
+
+    # --- compaction -------------------------------------------------------------------------
+
+    async def compact(self, summarize: Summarizer, *, keep_last_turns: int = 2) -> Compaction:
+        """Fold the branch's older messages into a summary stored in the graph beside it.
+
+        ``summarize`` is an async callable given the messages to fold (the previous summary
+        first, if the branch was compacted before) that returns the summary, as text (stored
+        as a user message) or as a `Message`. Everything but the last ``keep_last_turns``
+        turns (a turn starts at a user message) is folded. Nothing is deleted: rewinds, search,
+        export and the views still see the folded messages. From then on every engine, in any
+        process, that resolves this branch (or any head after the compaction point) gets the
+        summary followed by the unfolded messages, without reading the folded ones; a head
+        rewound to before the point resolves without it. Retrying a compaction of the same
+        point stores one node. Pending messages are not folded (save them first).
+
+        Raises:
+            EmptyConversationError: there is nothing to fold.
+        """
+        if not callable(summarize):
+            raise InvalidTypeError(
+                f"summarize must be an async callable, got {v.type_name(summarize)}"
+            )
+        v.check_count(keep_last_turns, "keep_last_turns")
+        async with self._session():
+            await self._conv.sync()
+            return await compact_branch(self._conv, summarize, keep_last_turns)
 
     async def update_chat(
         self, *, title: str | None = None, metadata: Mapping[str, Any] | None = None

@@ -24,6 +24,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidTypeError",
     "MessageNotFoundError",
+    "ContextWindowError",
     "ModelNotFoundError",
     "NotFoundError",
     "SchemaOutdatedError",
@@ -138,6 +139,21 @@ class FragmentLoadError(ContextError):
 
 class ModelNotFoundError(ContextError, LookupError):
     """No price or context-limit data is known for this model id; register it first."""
+
+
+class ContextWindowError(ContextError):
+    """A request cannot fit the context window even with every droppable message left out.
+
+    The message gives the numbers: what must be sent (the system prompt, pinned messages and
+    the newest user turn) and what the window allows.
+    """
+
+    def __init__(self, message: str, *, required: int = 0, allowed: int = 0) -> None:
+        super().__init__(message)
+        self.required = required
+        """Tokens the request needs at the least."""
+        self.allowed = allowed
+        """Tokens the window allows (the limit minus the reserved output)."""
 
 
 class SnapshotError(ContextError):

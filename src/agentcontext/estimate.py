@@ -149,12 +149,15 @@ def register_tokenizer(name_or_model: str, tokenizer: Tokenizer) -> None:
     """
     key = _models_catalog._normalise(name_or_model, "name_or_model")
     _tokenizers[key] = _check_tokenizer(tokenizer)
+    _forget_counts()
 
 
 def unregister_tokenizer(name_or_model: str) -> bool:
     """Remove a tokenizer registered with :func:`register_tokenizer`; ``True`` if one was."""
     key = _models_catalog._normalise(name_or_model, "name_or_model")
-    return _tokenizers.pop(key, None) is not None
+    removed = _tokenizers.pop(key, None) is not None
+    _forget_counts()
+    return removed
 
 
 def register_model(
@@ -186,6 +189,7 @@ def register_model(
     Raises:
         InvalidTypeError, InvalidInputError: an argument has the wrong type or value.
     """
+    _forget_counts()
     _models_catalog.register(
         model_id,
         context_window=context_window,
@@ -198,6 +202,7 @@ def register_model(
 
 def unregister_model(model_id: str) -> bool:
     """Remove a model registered with :func:`register_model`; ``True`` if one was."""
+    _forget_counts()
     return _models_catalog.unregister(model_id)
 
 
@@ -210,6 +215,18 @@ def _named_counter(name: str) -> TokenCounter | None:
     if key in _tokenizers:
         return _tokens.adapt_tokenizer(name, _tokenizers[key])
     return _tokens.encoding_counter(key)
+
+
+def _forget_counts() -> None:
+    from agentcontext._window import clear_token_cache
+
+    clear_token_cache()
+
+
+def default_counter() -> TokenCounter:
+    """The counter used without a model: ``cl100k_base`` if available offline, else the
+    approximation."""
+    return _named_counter("cl100k_base") or _tokens.approximate_counter()
 
 
 def _counter_for(spec: _models_catalog.ModelSpec, requested: str) -> TokenCounter:

@@ -698,7 +698,7 @@ def is_empty_assistant_placeholder(msg: Message) -> bool:
     """
     if msg.role != "assistant":
         return False
-    for part in msg.parts:
+    for part in msg.parts:  # noqa: SIM110 - a loop: this runs once per message of a chain
         if not isinstance(part, TextPart) or part.text.strip():
             return False
     return True

@@ -133,6 +133,11 @@ class ResolveResult(BaseModel):
     system_prompt: str
     messages: list[Message] = Field(default_factory=list)
     record_id: str | None = None
+    omitted: list[str] = Field(default_factory=list)
+    """Ids of the messages left out to fit ``resolve(window=...)`` (oldest turns first)."""
+    estimate: int | None = None
+    """The input tokens of the request as sent, counted for ``resolve(window=...)`` (None
+    without a window)."""
 
     def to_openai(self) -> list[dict[str, Any]]:
         """The conversation as the ``messages`` of an OpenAI Chat Completions request.

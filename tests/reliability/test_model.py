@@ -43,6 +43,7 @@ from agentcontext import (
     ContextFragment,
     EmptyConversationError,
     Graph,
+    Message,
     MessageNotFoundError,
     SqlContextStore,
     XmlRenderer,
@@ -50,6 +51,7 @@ from agentcontext import (
     hint,
     user,
 )
+from agentcontext._compaction import compaction_id
 from tests.conftest import run_sync
 
 T = TypeVar("T")
@@ -123,6 +125,8 @@ class Model:
         self.active = "main"
         self.checkpoints: dict[str, str] = {}
         self.engines = [EngineState(), EngineState()]
+        self.compactions: dict[str, Msg] = {}
+        """Summaries by the message they fold up to (their parent in the graph)."""
 
     def load(self, e: EngineState) -> None:
         """An engine's first async call loads the chat's active branch."""
@@ -205,10 +209,23 @@ class Model:
     def resolved(self, e: EngineState) -> list[Msg]:
         """What resolve() shows: the chain, pending messages replacing stored ones of the same
         id in place and the others appended, empty placeholders left out."""
+        summary, visible = self.compacted(self.chain(self.heads[self.branch_of(e)]))
         overrides = {m.id: m for m in dedupe(e.pending)}
-        out = [overrides.pop(m.id, m) for m in self.chain(self.heads[self.branch_of(e)])]
+        out = [overrides.pop(m.id, m) for m in visible]
         out.extend(overrides.values())
-        return [m for m in out if not m.placeholder]
+        return ([] if summary is None else [summary]) + [m for m in out if not m.placeholder]
+
+    def compacted(self, chain: list[Msg]) -> tuple[Msg | None, list[Msg]]:
+        """The deepest compaction on a chain and the messages after it."""
+        for index in range(len(chain) - 1, -1, -1):
+            if chain[index].id in self.compactions:
+                return self.compactions[chain[index].id], chain[index + 1 :]
+        return None, chain
+
+
+async def summarize(messages: list[Message]) -> str:
+    """A deterministic summary naming the last message it folds."""
+    return f"S:{len(messages)}:{messages[-1].id}"
 
 
 # --- the machine ----------------------------------------------------------------------------
@@ -497,6 +514,31 @@ class GraphMachine(RuleBasedStateMachine):
         name = self.model.new_branch(base, head, activate=False)
         self.check_branch_info(info, name, active=False)
 
+    @rule(i=ENGINES, keep=st.integers(0, 2))
+    def compact(self, i: int, keep: int) -> None:
+        """Fold all but the last ``keep`` turns of engine ``i``'s branch into a summary."""
+        engine = self.acting(i)
+        e = self.model.engines[i]
+        self.model.load(e)
+        head = self.model.heads[self.model.branch_of(e)]
+        previous, stored = self.model.compacted(self.model.chain(head))
+        starts = [n for n, m in enumerate(stored) if m.role == "user"]
+        cut = len(stored) if keep == 0 else 0 if len(starts) <= keep else starts[-keep]
+        if stored and stored[-1].placeholder:  # a turn in progress is never folded
+            cut = min(cut, starts[-1] if starts else 0)
+        folded = [m for m in stored[:cut] if not m.placeholder]
+        if not folded:
+            self.expect_error(
+                EmptyConversationError, lambda: engine.compact(summarize, keep_last_turns=keep)
+            )
+            return
+        through = stored[cut - 1].id
+        compaction = self.run(lambda: engine.compact(summarize, keep_last_turns=keep))
+        assert compaction.id == compaction_id(self.chat_id, through)
+        given = ([] if previous is None else [previous]) + folded
+        text = f"S:{len(given)}:{given[-1].id}"
+        self.model.compactions[through] = Msg(compaction.id, "user", text)
+
     @rule(i=ENGINES)
     def look(self, i: int) -> None:
         """Read engine ``i`` (the comparison resolves it), and its get_messages()."""
@@ -527,6 +569,9 @@ class GraphMachine(RuleBasedStateMachine):
             message_id: (node.parent, node.msg.role, node.msg.text)
             for message_id, node in model.nodes.items()
         }
+        expected_nodes.update(
+            {s.id: (through, s.role, s.text) for through, s in model.compactions.items()}
+        )
         assert nodes == expected_nodes
         branches = {
             b.name: (b.head_message_id, b.is_active, b.message_count) for b in graph.branches

@@ -127,10 +127,12 @@ def _pick(
     if expected <= 0:
         return []
     if expected * 2 >= chat_size:
-        rows = conn.execute(
-            _statement(dialect, shape, "scan"),
-            {"chat_id": chat_id, "stop_depth": stop_depth, "head_depth": head_depth},
-        ).all()
+        rows: list[Any] = list(
+            conn.execute(
+                _statement(dialect, shape, "scan"),
+                {"chat_id": chat_id, "stop_depth": stop_depth, "head_depth": head_depth},
+            ).all()
+        )
         if len(rows) == expected and rows[-1][0] == head_id and _linked(rows):
             rows.reverse()  # the usual, linear conversation: the rows are the chain
             picked: list[Any] = rows
@@ -211,20 +213,73 @@ def load_rows(
     chat_size: int | None = None,
     stop_depth: int = 0,
     stop_at: str | None = None,
+    compacted: bool = False,
 ) -> ChainRows:
     """The engine's shape: ids, parents and JSON texts of the chain (root first), only the
-    part deeper than ``stop_depth`` (whose first message's parent is ``stop_at``)."""
+    part deeper than ``stop_depth`` (whose first message's parent is ``stop_at``).
+
+    With ``compacted``, the deepest compaction that folds an ancestor of the head (or the
+    head itself) is returned with the rows after it, and the folded messages are not read."""
     if head_depth is None or chat_size is None:
         info = head_info(conn, head_id)
         if info is None or info[0] != chat_id:
             raise InvalidGraphError(f"message {head_id!r} is not a message of chat {chat_id!r}")
         _, head_depth, chat_size = info
+    if compacted and stop_at is None:
+        found = _compacted(conn, dialect, chat_id, head_id, head_depth, chat_size)
+        if found is not None:
+            return found
     picked = _pick(
         conn, dialect, "rows", chat_id, head_id, head_depth, chat_size, stop_depth, stop_at
     )
+    return _chain_rows(picked)
+
+
+def _chain_rows(picked: list[Any], **summary: Any) -> ChainRows:
     picked.reverse()
     return ChainRows(
         ids=[row[0] for row in picked],
         data=[row[1] for row in picked],
         parent_ids=[row[2] for row in picked],
+        **summary,
     )
+
+
+def _compacted(
+    conn: Connection, dialect: Dialect, chat_id: str, head_id: str, head_depth: int, size: int
+) -> ChainRows | None:
+    """The tail after the deepest compaction on the head's chain, or None if none is."""
+    candidates = conn.execute(
+        _compactions_statement(dialect), {"chat_id": chat_id, "depth": head_depth + 1}
+    ).all()
+    for summary_id, data, through, depth in candidates:
+        through_depth = int(depth) - 1
+        summary = {"summary_id": summary_id, "summary": data, "base_id": through}
+        if through_depth == head_depth:
+            if through == head_id:
+                return _chain_rows([], **summary)
+            continue
+        try:
+            picked = _pick(
+                conn, dialect, "rows", chat_id, head_id, head_depth, size, through_depth, through
+            )
+        except InvalidGraphError:
+            continue  # a compaction of another branch; the plain load reports real damage
+        return _chain_rows(picked, **summary)
+    return None
+
+
+def _compactions_statement(dialect: Dialect) -> Any:
+    key = (dialect.name, "rows", "compactions")
+    found = _STATEMENTS.get(key)
+    if found is None:
+        found = _STATEMENTS[key] = (
+            select(M.c.id, dialect.raw_json(M.c.data), M.c.parent_id, M.c.depth)
+            .where(
+                M.c.chat_id == bindparam("chat_id"),
+                text("type = 'compaction'"),  # as the partial index says it
+                M.c.depth <= bindparam("depth"),
+            )
+            .order_by(M.c.depth.desc(), M.c.seq.desc())
+        )
+    return found

@@ -183,6 +183,14 @@ class MessageRow(Base):
         Index("ix_messages_chat_id_version", "chat_id", "version"),
         # Children of a message (foreign-key checks on delete look them up by parent alone).
         Index("ix_messages_parent_id", "parent_id"),
+        # Compaction summaries (``type = 'compaction'``), found by depth below a chain's head.
+        Index(
+            "ix_messages_compactions",
+            "chat_id",
+            "depth",
+            sqlite_where=text("type = 'compaction'"),
+            postgresql_where=text("type = 'compaction'"),
+        ),
     )
 
 

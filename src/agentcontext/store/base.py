@@ -447,11 +447,14 @@ class ContextStore(abc.ABC):
         chat_size: int | None = None,
         stop_depth: int = 0,
         stop_at: str | None = None,
+        compacted: bool = False,
     ) -> ChainRows:
         """The chain ending at ``head_id`` for the engine: ids, parent ids and JSON texts, root
         first, only the part after ``stop_at`` (at ``stop_depth``). ``head_depth`` and
-        ``chat_size`` (from `open_chat` or `get_branch_state`) spare a lookup. This default
-        reads records and serialises their data."""
+        ``chat_size`` (from `open_chat` or `get_branch_state`) spare a lookup. With
+        ``compacted``, a store may return only the part after the deepest compaction on the
+        chain, with that compaction (`ChainRows.summary`). This default reads records and
+        serialises their data, and ignores compactions (which is correct, only slower)."""
         records = await self.get_message_chain(head_id, after=stop_at)
         return ChainRows(
             ids=[r.id for r in records],
@@ -482,12 +485,14 @@ class EngineStore(Protocol):
         chat_size: int | None = None,
         stop_depth: int = 0,
         stop_at: str | None = None,
+        compacted: bool = False,
     ) -> ChainRows: ...
     async def get_message_chain(
         self, head_id: str, *, after: str | None = None
     ) -> list[MessageRecord]: ...
     async def get_changes(self, chat_id: str, since_version: int) -> list[MessageRecord]: ...
     async def get_message(self, message_id: str) -> MessageRecord | None: ...
+    async def add_message(self, message: MessageRecord) -> MessageRecord: ...
     async def append_messages(
         self,
         branch_id: str,

@@ -149,6 +149,13 @@ class ChainRows:
     ids: list[str]
     parent_ids: list[str | None]
     data: list[str | None]
+    summary_id: str | None = None
+    """The compaction that applies to the head, when the rows start after it (see
+    `ContextEngine.compact`): its id, ..."""
+    summary: str | None = None
+    """... its JSON text (a `Message`), ..."""
+    base_id: str | None = None
+    """... and the last message it folds (the parent of the first row)."""
 
 
 class Checkpoint(_Record):

@@ -781,6 +781,7 @@ class SqlContextStore(ContextStore):
         chat_size: int | None = None,
         stop_depth: int = 0,
         stop_at: str | None = None,
+        compacted: bool = False,
     ) -> ChainRows:
         v.check_id(chat_id, "chat_id")
         v.check_id(head_id, "head_id")
@@ -798,6 +799,7 @@ class SqlContextStore(ContextStore):
             chat_size=chat_size,
             stop_depth=stop_depth,
             stop_at=stop_at,
+            compacted=v.check_bool(compacted, "compacted"),
         )
         return rows
 
