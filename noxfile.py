@@ -74,3 +74,24 @@ def model(session: nox.Session) -> None:
             "AGENTCONTEXT_MODEL_EXAMPLES": examples,
         },
     )
+
+
+@nox.session
+def cancel(session: nox.Session) -> None:
+    """The cancellation fuzz with more rounds: ``nox -s cancel -- 500 [seed]``."""
+    session.install("-e", ".[test]")
+    rounds = session.posargs[0] if session.posargs else "500"
+    env = {"AGENTCONTEXT_TEST_POSTGRES_URL": PG_URL, "AGENTCONTEXT_CANCEL_ROUNDS": rounds}
+    if len(session.posargs) > 1:
+        env["AGENTCONTEXT_CANCEL_SEED"] = session.posargs[1]
+    session.run("pytest", "tests/reliability/test_cancellation.py", env=env)
+
+
+@nox.session
+def parity(session: nox.Session) -> None:
+    """Search parity: the same queries on SQLite and PostgreSQL give the same hits."""
+    session.install("-e", ".[test]")
+    session.run(
+        "pytest", "tests/store/test_search_parity.py",
+        env={"AGENTCONTEXT_TEST_POSTGRES_URL": PG_URL},
+    )

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from agentcontext import _validate as v
 from agentcontext._compaction import Compaction, Summarizer
 from agentcontext._compaction import compact as compact_branch
-from agentcontext._conversation import COMPACTION, DELETED, Conversation
+from agentcontext._conversation import DELETED, Conversation
 from agentcontext._save import SaveResult, save_turn
 from agentcontext._window import ContextWindow, fit
 from agentcontext.errors import (
@@ -32,7 +32,6 @@ from agentcontext.errors import (
     ChatNotFoundError,
     CheckpointNotFoundError,
     EmptyConversationError,
-    InvalidGraphError,
     InvalidInputError,
     InvalidTypeError,
     MessageNotFoundError,
@@ -681,25 +680,20 @@ class ContextEngine:
     async def _rewind(self, message_id: str, name: str | None) -> BranchInfo:
         conv = self._conv
         assert conv.branch is not None
-        if message_id not in conv.chain.index:
-            message = await self._store.get_message(message_id)
-            if message is None:
-                await conv.require_chat()
-                raise MessageNotFoundError(
-                    f"message {message_id!r} does not exist in chat {self.chat_id!r}"
-                )
-            if message.chat_id != self.chat_id:
-                raise InvalidGraphError(
-                    f"message {message_id!r} belongs to another chat, not {self.chat_id!r}"
-                )
-            if message.type == COMPACTION:
-                raise InvalidInputError(
-                    f"message {message_id!r} is a compaction summary, not a message of a "
-                    f"branch; rewind to the message it folds up to ({message.parent_id!r})"
-                )
-        info = await self._store.fork_branch(
-            self.chat_id, conv.branch.name, head_message_id=message_id, activate=True, name=name
-        )
+        try:
+            # The store checks the message (it exists, in this chat, not a compaction).
+            info = await self._store.fork_branch(
+                self.chat_id,
+                conv.branch.name,
+                head_message_id=message_id,
+                activate=True,
+                name=name,
+            )
+        except MessageNotFoundError:
+            await conv.require_chat()
+            raise MessageNotFoundError(
+                f"message {message_id!r} does not exist in chat {self.chat_id!r}"
+            ) from None
         conv.moved_to(info)
         self._pending.clear()
         self._turn = None

@@ -74,11 +74,16 @@ def check_head(conn: Connection, chat_id: str, message_id: str | None) -> int:
     """The depth of ``message_id`` (0 for None) after checking it is a message of the chat."""
     if message_id is None:
         return 0
-    row = conn.execute(select(M.c.chat_id, M.c.depth).where(M.c.id == message_id)).first()
+    row = conn.execute(select(M.c.chat_id, M.c.depth, M.c.type).where(M.c.id == message_id)).first()
     if row is None:
         raise MessageNotFoundError(f"message {message_id!r} does not exist")
     if row[0] != chat_id:
         raise InvalidGraphError(f"message {message_id!r} belongs to another chat, not {chat_id!r}")
+    if row[2] == "compaction":
+        raise InvalidInputError(
+            f"message {message_id!r} is a compaction summary, which sits beside a branch and "
+            "cannot be its head; use the message it folds up to instead"
+        )
     return int(row[1])
 
 
