@@ -1584,6 +1584,8 @@ WRONG: dict[str, tuple[object, ...]] = {
     "bytes": (None, "text", 42, [1, 2]),
     "Sequence[tuple[str, bytes]]": ("text", 42, [42], [("id", "text")], [(42, b"x")]),
     "ContextRenderer | None": ("xml", 42, XmlRenderer),
+    "ContextWindow | None": (128_000, "gpt-4o", {"max_tokens": 10}),
+    "Summarizer": (None, "summarize", 42),
     "ContextFragment": (None, "text", 42, Message(id="m", role="user")),
     "ContextStore": (None, "sqlite+aiosqlite://", 42),
     "Mapping[str, Any] | Any": (None, 42, "text", [1]),
@@ -1726,7 +1728,8 @@ ENGINE_BASELINES: dict[str, Baseline] = {
         "lazy_max_items": 100,
     },
     "set": lambda w: {"fragments": [hint("x")]},
-    "resolve": lambda w: {"renderer": XmlRenderer(), "record": False},
+    "resolve": lambda w: {"renderer": XmlRenderer(), "window": None, "record": False},
+    "compact": lambda w: {"summarize": _summarize, "keep_last_turns": 0},
     "replay": lambda w: {"record_id": w.record_id},
     "snapshot": lambda w: {"snapshot": _snapshot_draft()},
     "load_snapshot": lambda w: {"snapshot_id": w.snapshot_id, "with_content": False},
@@ -1745,6 +1748,10 @@ ENGINE_BASELINES: dict[str, Baseline] = {
     "estimate": lambda w: {"model_id": "gpt-4o", "renderer": XmlRenderer()},
     "inspect": lambda w: {"model_id": "gpt-4o", "renderer": XmlRenderer()},
 }
+
+
+async def _summarize(messages: list[Message]) -> str:
+    return "a summary"
 
 
 @dataclass(frozen=True)
