@@ -135,11 +135,11 @@ def message_body(message: Message) -> str:
 def message_panel(record: MessageRecord, *, links: str = "") -> str:
     """A message's full content, as shown on selection."""
     message = message_of_record(record)
-    parent = f" \u00b7 parent {esc(record.parent_id)}" if record.parent_id else " \u00b7 root"
+    parent = f" \u00b7 parent {text_html(record.parent_id)}" if record.parent_id else " \u00b7 root"
     head = (
         f'<div><span class="role {esc(record.name)}">{esc(record.name)}</span> '
         f'<span class="tag">{esc(record.type)}</span> '
-        f'<code class="msg-id">{esc(record.id)}</code></div>'
+        f'<code class="msg-id">{text_html(record.id)}</code></div>'
         f'<div class="muted">{when(record.created_at)}{parent}</div>{links}'
     )
     if message is None:
