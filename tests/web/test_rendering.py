@@ -239,6 +239,9 @@ def test_layout_draws_every_message_once(graph: Graph, open_all: bool) -> None:
     for index, row in enumerate(layout.rows):
         if row.parent_row is not None:
             assert row.parent_row < index
+            # The edge runs down the child's lane: no other node is drawn on it.
+            between = layout.rows[row.parent_row + 1 : index]
+            assert all(other.lane != row.lane for other in between)
         if row.kind == "fold":
             assert row.count >= FOLD_MIN
             drawn.append(f"fold:{row.count}")

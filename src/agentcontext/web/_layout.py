@@ -6,6 +6,7 @@ One row per visible node (pre-order, the active branch first), one lane per leaf
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -115,16 +116,29 @@ def layout_graph(
     rows: list[Row] = []
     lanes = 0
     folds = 0
-    # Iterative pre-order walk: (node, lane, parent row).
-    roots = order(children.get(None, []))
-    stack: list[tuple[GraphNode, int, int | None]] = []
-    for root in reversed(roots):
-        stack.append((root, -1, None))
+    free: list[int] = []  # released lanes (a min-heap), reused before new ones
+
+    def take_lane() -> int:
+        nonlocal lanes
+        if free:
+            return heapq.heappop(free)
+        lanes += 1
+        return lanes - 1
+
+    # Iterative pre-order walk. A node's side children (each in a lane of its own, held until
+    # its subtree is drawn) come right below it; the child that continues its lane (the one on
+    # the active path, else the oldest) comes last. A lane of None releases that lane.
+    stack: list[tuple[GraphNode | None, int, int | None]] = []
+    for root in reversed(order(children.get(None, []))):
+        lane = take_lane()
+        stack.append((None, lane, None))
+        stack.append((root, lane, None))
     while stack:
-        node, lane, parent_row = stack.pop()
-        if lane < 0:
-            lane = lanes
-            lanes += 1
+        item, lane, parent_row = stack.pop()
+        if item is None:
+            heapq.heappush(free, lane)
+            continue
+        node = item
         # A run of plain messages starting here (a root is always drawn on its own).
         run: list[GraphNode] = []
         after = node
@@ -165,12 +179,15 @@ def layout_graph(
                 )
             )
             parent_row = len(rows) - 1
-        last = members[-1]
-        kids = order(children.get(last.id, []))
-        for index in range(len(kids) - 1, -1, -1):
-            # The first child continues the lane; a compaction always goes to a side lane.
-            same = index == 0 and kids[index].type != "compaction"
-            stack.append((kids[index], lane if same else -1, parent_row))
+        kids = order(children.get(members[-1].id, []))
+        # The first child continues the lane; a compaction always goes to a side lane.
+        if kids and kids[0].type != "compaction":
+            stack.append((kids[0], lane, parent_row))
+            kids = kids[1:]
+        side = [(kid, take_lane()) for kid in kids]
+        for kid, kid_lane in reversed(side):
+            stack.append((None, kid_lane, None))
+            stack.append((kid, kid_lane, parent_row))
     return Layout(rows=rows, lanes=max(lanes, 1), folds=folds)
 
 
