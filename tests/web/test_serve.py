@@ -97,3 +97,12 @@ def test_serve_shows_only_the_given_users_chats(tmp_path: Path) -> None:
         out, err = process.communicate(timeout=30)
     assert f"http://127.0.0.1:{port}/" in out
     assert "warning" not in err
+
+
+def test_importing_the_library_loads_no_web_stack() -> None:
+    code = (
+        "import sys, agentcontext, agentcontext.cli, agentcontext.web; "
+        "print(sorted(m for m in ('starlette', 'uvicorn', 'selenium') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

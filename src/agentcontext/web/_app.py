@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from agentcontext.errors import ContextError, NotFoundError
+from agentcontext.errors import ContextError, NotFoundError, StoreError
 from agentcontext.messages import Message, ReasoningPart, TextPart
 from agentcontext.store.base import ContextStore
 from agentcontext.store.records import Chat, ResolveRecord
@@ -605,24 +605,20 @@ def create_app(store: ContextStore | str, *, user: str | None = None) -> Starlet
         async def endpoint(request: Request) -> Response:
             try:
                 return HTMLResponse(await render(request))
-            except _NotFound as exc:
-                return HTMLResponse(
-                    page("not found", f"<h1>Not found</h1><p>{text_html(str(exc))}</p>"), 404
-                )
+            except (_NotFound, NotFoundError) as exc:
+                return _error(404, "Not found", exc)
             except _BadRequest as exc:
-                return HTMLResponse(
-                    page("bad request", f"<h1>Bad request</h1><p>{text_html(str(exc))}</p>"), 400
-                )
-            except NotFoundError as exc:
-                return HTMLResponse(
-                    page("not found", f"<h1>Not found</h1><p>{text_html(str(exc))}</p>"), 404
-                )
+                return _error(400, "Bad request", exc)
+            except StoreError as exc:  # the database is unreachable, closed or outdated
+                return _error(503, "The database cannot be read", exc)
             except ContextError as exc:
-                return HTMLResponse(
-                    page("error", f"<h1>Error</h1><p>{text_html(str(exc))}</p>"), 400
-                )
+                return _error(400, "Error", exc)
 
         return endpoint
+
+    def _error(status: int, title: str, exc: Exception) -> Response:
+        body = f"<h1>{esc(title)}</h1><p>{text_html(str(exc))}</p>"
+        return HTMLResponse(page(title.lower(), body), status)
 
     async def message(request: Request) -> str:
         html, _ = await viewer.message_page(request)

@@ -279,8 +279,8 @@ def render_svg(
         )
     return (
         f'<svg class="graph" xmlns="http://www.w3.org/2000/svg" width="{width}" '
-        f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
-        f'aria-label="conversation graph" data-rows="{len(rows)}" data-folds="{layout.folds}">'
+        f'height="{height}" viewBox="0 0 {width} {height}" aria-label="conversation graph" '
+        f'data-rows="{len(rows)}" data-folds="{layout.folds}">'
         f'<g class="edges">{"".join(edges)}</g><g class="nodes">{"".join(shapes)}</g>'
         "</svg>"
     )
