@@ -204,7 +204,7 @@ def render_svg(
     """The layout as an inline SVG; nodes are links (selection, folding) the script enhances."""
     rows = layout.rows
     label_x = PAD + layout.lanes * LANE_W + LABEL_GAP
-    width = label_x + 560
+    longest = 48  # characters of the longest label, to size the drawing
     height = PAD * 2 + max(len(rows), 1) * ROW_H
     opened_list = sorted(set(opened))
 
@@ -264,19 +264,25 @@ def render_svg(
             mark = f'<circle cx="{x}" cy="{y}" r="5"/>'
             text = f"{node.role}: {preview_text(node.preview, 56)}"
         badges = ""
+        chars = len(text)
         for name, is_active in row.branches:
-            badge = f"\u2605 {name} (active)" if is_active else f"\u2387 {name}"
+            badge = preview_text(f"\u2605 {name} (active)" if is_active else f"\u2387 {name}", 40)
+            chars += len(badge) + 3
             badges += (
                 f'<tspan class="badge{" active" if is_active else ""}" '
-                f'data-branch="{esc(name)}"> [{esc(preview_text(badge, 40))}]</tspan>'
+                f'data-branch="{esc(name)}"> [{esc(badge)}]</tspan>'
             )
         for name in row.checkpoints:
-            badges += f'<tspan class="checkpoint"> \u2691 {esc(preview_text(name, 40))}</tspan>'
+            point = preview_text(name, 40)
+            chars += len(point) + 3
+            badges += f'<tspan class="checkpoint"> \u2691 {esc(point)}</tspan>'
+        longest = max(longest, chars)
         run = f' data-in-run="{esc(row.run)}"' if row.run else ""
         shapes.append(
             f'<a class="{css}" href="{link}" data-id="{node_id}"{run}>{mark}'
             f'<text x="{label_x}" y="{y + 4}">{esc(text)}{badges}</text></a>'
         )
+    width = label_x + longest * 9 + PAD  # at most about 9 px a character at 12 px
     return (
         f'<svg class="graph" xmlns="http://www.w3.org/2000/svg" width="{width}" '
         f'height="{height}" viewBox="0 0 {width} {height}" aria-label="conversation graph" '
