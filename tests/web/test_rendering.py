@@ -381,3 +381,34 @@ def test_static_files_are_the_packaged_ones(client: Any) -> None:
     css = c.get("/static/viewer.css")
     assert css.headers["content-type"].startswith("text/css")
     assert "@import" not in css.text and "url(" not in css.text
+
+
+QUERY_VALUES = st.one_of(
+    st.text(max_size=20),
+    st.sampled_from([CHAT, HOSTILE, SECRET, "m-u1", "main", "0", "-1", "99999999999999999999"]),
+)
+
+
+def test_any_query_string_gets_a_page_not_a_crash(tmp_path: Any) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'fuzz.db'}"
+    asyncio.run(seed(url))
+    paths = ["/", "/chat", "/graph", "/message", "/branch", "/snapshots", "/records", "/record"]
+    names = ["id", "chat", "name", "m", "open", "page", "q", "user", "meta", "fragment"]
+    with TestClient(create_app(url, user=USER), raise_server_exceptions=True) as c:
+
+        @given(
+            path=st.sampled_from(paths),
+            params=st.lists(st.tuples(st.sampled_from(names), QUERY_VALUES), max_size=5),
+        )
+        @settings(max_examples=120, deadline=None)
+        def check(path: str, params: list[tuple[str, str]]) -> None:
+            response = c.get(path, params=params)
+            assert response.status_code in (200, 400, 404), (path, params, response.text[-500:])
+            assert response.headers["content-security-policy"] == CSP
+            if response.status_code == 200 and path != "/graph":
+                check_markup(response.text)
+            # Nothing of the other user's chat is ever shown: no link to it, none of its text.
+            assert f"id={SECRET}" not in response.text.replace("&amp;", "&").split("<main>")[-1]
+            assert "the other user" not in response.text
+
+        check()

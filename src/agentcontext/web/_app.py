@@ -54,6 +54,7 @@ SECURITY_HEADERS = [
 
 PAGE_SIZE = 50
 TRANSCRIPT_PAGE = 200
+MAX_PAGE = 1_000_000
 _META = re.compile(r"[+-]?\d+")
 
 ASGIApp = Callable[
@@ -115,8 +116,8 @@ def _int(request: Request, name: str, default: int) -> int:
         value = int(raw)
     except ValueError:
         raise _BadRequest(f"{name} must be a whole number, got {raw!r}") from None
-    if value < 1:
-        raise _BadRequest(f"{name} must be 1 or more")
+    if not 1 <= value <= MAX_PAGE:
+        raise _BadRequest(f"{name} must be between 1 and {MAX_PAGE}")
     return value
 
 
