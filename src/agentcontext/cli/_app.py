@@ -12,7 +12,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from agentcontext import __version__
-from agentcontext.cli import _browse, _demo, _migrate, _transfer
+from agentcontext.cli import _browse, _demo, _migrate, _serve, _transfer
 from agentcontext.cli._common import (
     DEFAULT_URL,
     ENV_VAR,
@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     _migrate.register(commands)
     _browse.register(commands)
     _transfer.register(commands)
+    _serve.register(commands)
     for sub in commands.choices.values():
         _finish(sub)
     return parser
