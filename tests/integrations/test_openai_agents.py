@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -113,7 +114,8 @@ async def test_a_new_process_resumes_from_the_same_sqlite_file(tmp_path: Path) -
         stored = await session.get_items()
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
+    done = await asyncio.to_thread(
+        subprocess.run,
         [sys.executable, "-m", "tests.integrations.agents_resume", url],
         cwd=ROOT,
         env=env,
