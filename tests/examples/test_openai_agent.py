@@ -150,8 +150,8 @@ async def test_a_turn_with_a_tool_call_is_sent_and_stored(store_url: str) -> Non
         # Usage of both calls, summed in the chat's metadata.
         assert context.chat is not None
         usage = context.chat.metadata["usage"]
-        assert usage["prompt_tokens"] == 300
-        assert usage["completion_tokens"] == 22
+        assert usage["input_tokens"] == 300
+        assert usage["output_tokens"] == 22
         assert usage["total_tokens"] == 322
 
 
