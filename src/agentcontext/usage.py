@@ -7,7 +7,9 @@ Agents SDK (``input_tokens``, ``output_tokens``, ``input_tokens_details.cached_t
 ``output_tokens_details.reasoning_tokens``, ``requests``), Anthropic (``input_tokens``
 without the cache, ``cache_creation_input_tokens``, ``cache_read_input_tokens``,
 ``output_tokens``) and pydantic-ai (``input_tokens``, ``cache_read_tokens``,
-``output_reasoning_tokens`` or ``details["reasoning_tokens"]``, ``requests``).
+``output_reasoning_tokens`` or ``details["reasoning_tokens"]``, ``requests``), and
+LangChain's ``usage_metadata`` (``input_token_details.cache_read``,
+``output_token_details.reasoning``).
 
 The result always has the same six counts:
 
@@ -112,13 +114,16 @@ def normalize_usage(usage: Any) -> dict[str, int | float]:
     else:  # Responses, Agents SDK, pydantic-ai, plain dicts
         input_tokens = _count(source, "input_tokens")
         output_tokens = _count(source, "output_tokens")
-        cached = _count(_nested(source, "input_tokens_details"), "cached_tokens") or _count(
-            source, "cache_read_tokens"
+        cached = (
+            _count(_nested(source, "input_tokens_details"), "cached_tokens")
+            or _count(source, "cache_read_tokens")
+            or _count(_nested(source, "input_token_details"), "cache_read")  # LangChain
         )
         reasoning = (
             _count(_nested(source, "output_tokens_details"), "reasoning_tokens")
             or _count(source, "output_reasoning_tokens")
             or _count(_nested(source, "details"), "reasoning_tokens")
+            or _count(_nested(source, "output_token_details"), "reasoning")  # LangChain
         )
     cached = cached or _count(source, "cached_input_tokens")
     reasoning = reasoning or _count(source, "reasoning_tokens")
