@@ -6,7 +6,6 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import pytest
 from mypy import api
 
 PROGRAM = """
