@@ -210,3 +210,26 @@ def test_the_script_runs_offline_and_continues_the_chat(tmp_path: Path) -> None:
         "Thanks!",
     ]
     assert [type(p).__name__ for p in messages[3].parts] == ["TextPart"]  # no second tool call
+
+
+async def test_with_the_history_processor_the_second_run_reads_the_store(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'chat.db'}"
+    async with SqlContextStore(url) as store:
+        first = await example.ask_with_processor(
+            TestModel(), store, "What's the weather in Paris?", chat_id="c", user_id="u"
+        )
+    assert first == OUTPUT
+    async with SqlContextStore(url) as store:
+        with capture_run_messages() as second_run:
+            second = await example.ask_with_processor(
+                TestModel(), store, "Thanks!", chat_id="c", user_id="u"
+            )
+        # The stored run came first, then this run's prompt; the model answered from the
+        # stored tool result instead of calling the tool again.
+        assert json.loads(second) == {"get_weather": WEATHER}
+        calls = [p for m in second_run for p in m.parts if isinstance(p, ai.ToolCallPart)]
+        assert len(calls) == 1  # the stored call only
+        context = ContextEngine(store=store, chat_id="c", user_id="u")
+        messages = await context.get_messages()
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+    assert messages[2].text == "Thanks!"
