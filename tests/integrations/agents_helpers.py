@@ -6,7 +6,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agents import Agent, ModelSettings, function_tool
+from agents import Agent, ModelSettings, function_tool, set_tracing_disabled
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.models.interface import Model
 from agents.usage import Usage
@@ -17,6 +17,9 @@ from openai.types.responses import (
     ResponseReasoningItem,
 )
 from openai.types.responses.response_reasoning_item import Summary
+
+
+set_tracing_disabled(True)  # no trace export: the tests run offline
 
 
 def say(text: str, n: int) -> ResponseOutputMessage:
