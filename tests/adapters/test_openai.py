@@ -288,3 +288,47 @@ def test_reasoning_without_an_item_id_is_not_sent_and_chat_drops_all_reasoning()
         {"role": "assistant", "content": "Hi"},
     ]
     assert valid_openai(to_openai("", [message])) == [{"role": "assistant", "content": "Hi"}]
+
+
+def test_user_files_and_system_messages_go_to_the_responses_api() -> None:
+    from agentcontext import FilePart
+
+    messages = [
+        Message(id="s", role="system", parts=[TextPart(text="Be brief.")]),
+        Message(
+            id="u",
+            role="user",
+            parts=[
+                TextPart(text="What is in these?"),
+                FilePart(media_type="image/png", data="iVBORw0KGgo="),
+                FilePart(media_type="application/pdf", data="JVBERi0=", filename="a.pdf"),
+                FilePart(media_type="application/pdf", url="https://example.com/b.pdf"),
+                FilePart(media_type="text/csv", url="https://example.com/c.csv"),
+            ],
+        ),
+    ]
+    items = valid_responses(to_openai_responses(messages))
+    assert items == [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "What is in these?"},
+                {
+                    "type": "input_image",
+                    "image_url": "data:image/png;base64,iVBORw0KGgo=",
+                    "detail": "auto",
+                },
+                {
+                    "type": "input_file",
+                    "file_data": "data:application/pdf;base64,JVBERi0=",
+                    "filename": "a.pdf",
+                },
+                {"type": "input_file", "file_url": "https://example.com/b.pdf"},
+                {
+                    "type": "input_text",
+                    "text": "[file https://example.com/c.csv (text/csv) at https://example.com/c.csv]",
+                },
+            ],
+        },
+    ]

@@ -18,7 +18,6 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_reasoning_item import Summary
 
-
 set_tracing_disabled(True)  # no trace export: the tests run offline
 
 

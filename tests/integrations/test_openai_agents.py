@@ -14,9 +14,15 @@ import pytest
 from agents import Runner, SQLiteSession
 from agents.memory import Session
 
-from agentcontext import ContextEngine, InvalidInputError, SqlContextStore
+from agentcontext import (
+    ContextEngine,
+    InvalidInputError,
+    InvalidTypeError,
+    SqlContextStore,
+    ToolPart,
+)
 from agentcontext.integrations.openai_agents import ITEM_KEY, AgentContextSession
-from tests.integrations.agents_helpers import ScriptedModel, build_agent, turn
+from tests.integrations.agents_helpers import ScriptedModel, build_agent, call, turn
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -140,4 +146,18 @@ async def test_session_arguments_are_checked(tmp_path: Path) -> None:
         engine = ContextEngine(store=store, chat_id="c", user_id="u")
         with pytest.raises(InvalidInputError, match="chat"):
             AgentContextSession("other", engine=engine)
-        assert AgentContextSession(engine=engine).session_id == "c"
+        session = AgentContextSession(engine=engine)
+        assert session.session_id == "c"
+        # SDK output objects are taken in their input form, as the SDK's own sessions do.
+        item = call("call_7", "Oslo")
+        await session.add_items([item])  # type: ignore[list-item]
+        assert await session.get_items() == [item.model_dump(exclude_unset=True, mode="json")]
+        [stored] = await engine.get_messages()
+        assert stored.parts[0] == ToolPart(
+            tool_call_id="call_7",
+            tool_name="get_weather",
+            input={"city": "Oslo"},
+            state="input-available",
+        )
+        with pytest.raises(InvalidTypeError, match="dict"):
+            await session.add_items([42])  # type: ignore[list-item]

@@ -58,7 +58,8 @@ def item_to_message(item: Any, calls: dict[str, ToolPart] | None = None) -> Mess
     """One SDK conversation item as a message node (the item kept in its metadata).
 
     Args:
-        item: A ``TResponseInputItem`` (a dict).
+        item: A ``TResponseInputItem`` (a dict), or an SDK output item (dumped as the SDK
+            does).
         calls: The unfinished tool calls seen so far, by call id: a
             ``function_call_output`` becomes the finished call with its name and input.
 
@@ -67,6 +68,9 @@ def item_to_message(item: Any, calls: dict[str, ToolPart] | None = None) -> Mess
         message (text, reasoning, a tool call); items of other kinds keep their content in
         a ``DataPart`` named ``"openai_item"``.
     """
+    dump = getattr(item, "model_dump", None)
+    if callable(dump):  # an SDK output item: its input form, as the SDK's to_input_item()
+        item = dump(exclude_unset=True, mode="json")
     if not isinstance(item, dict):
         raise InvalidTypeError(f"a session item must be a dict, got {type(item).__name__}")
     kept = copy.deepcopy(item)
