@@ -759,8 +759,10 @@ class ContextEngine:
         is taken under the store's lock, so concurrent calls never lose an update.
         """
         raw = _usage_dict(usage)
-        v.check_json(raw, "usage")
+        if isinstance(usage, Mapping):
+            v.check_json(raw, "usage")  # a caller's dict: refuse what JSON cannot hold
         increment = normalize_usage(raw)
+        v.check_json(increment, "usage")
 
         def updater(chat: Chat) -> ChatUpdate:
             current = chat.metadata.get("usage")

@@ -128,14 +128,19 @@ async def test_track_usage_sums_every_sdk_into_one_shape(make_engine: EngineFact
             cache_creation_input_tokens=200,
         )
     )
+    from agents.usage import Usage as AgentsUsage
+
+    agents_usage = AgentsUsage(requests=2, input_tokens=9, output_tokens=1, total_tokens=10)
+    agents_usage.add(AgentsUsage(requests=1, input_tokens=1, output_tokens=1, total_tokens=2))
+    await engine.track_usage(agents_usage)  # a dataclass holding per-request entries
     chat = await engine.track_usage(Plain())
     assert chat.metadata["usage"] == {
-        "input_tokens": 30 + 100 + 1205 + 4,
-        "output_tokens": 10 + 50 + 7,
+        "input_tokens": 30 + 100 + 1205 + 10 + 4,
+        "output_tokens": 10 + 50 + 7 + 2,
         "cached_input_tokens": 20 + 64 + 1000,
         "reasoning_tokens": 6 + 32,
-        "total_tokens": 40 + 150 + 1212 + 4,
-        "requests": 4,
+        "total_tokens": 40 + 150 + 1212 + 12 + 4,
+        "requests": 1 + 1 + 1 + 3 + 1,
     }
     with pytest.raises(InvalidTypeError, match="usage"):
         await engine.track_usage(42)
@@ -143,7 +148,7 @@ async def test_track_usage_sums_every_sdk_into_one_shape(make_engine: EngineFact
         await engine.track_usage({"input_tokens": math.inf})
     with pytest.raises(InvalidInputError, match="input_tokens"):
         await engine.track_usage({"input_tokens": "many"})
-    assert (await engine.update_chat()).metadata["usage"]["input_tokens"] == 1339
+    assert (await engine.update_chat()).metadata["usage"]["input_tokens"] == 1349
 
 
 async def test_twenty_concurrent_track_usage_calls_lose_nothing(
