@@ -23,7 +23,7 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import anthropic
@@ -34,9 +34,7 @@ from agentcontext import (
     ContextEngine,
     ContextFragment,
     Message,
-    Part,
     SqlContextStore,
-    TextPart,
     ToolPart,
     assistant,
     guardrail,
@@ -75,29 +73,17 @@ TOOLS: list[ToolParam] = [
 ]
 
 
-def call_tool(call_id: str, name: str, args: Mapping[str, Any]) -> ToolPart:
+def call_tool(call: ToolPart) -> ToolPart:
     """Run one tool call. A failure becomes an ``output-error`` part (``is_error`` for Claude)."""
     try:
-        if name != "get_weather":
-            raise ValueError(f"unknown tool {name!r}")
+        if call.tool_name != "get_weather":
+            raise ValueError(f"unknown tool {call.tool_name!r}")
         # Stored as the JSON text the model reads, so later requests repeat it byte for byte
         # (PostgreSQL's JSONB would not keep the key order of a dict).
-        output = json.dumps(get_weather(**args))
+        output = json.dumps(get_weather(**call.input))
     except (ValueError, TypeError) as exc:  # unknown tool, wrong arguments
-        return ToolPart(
-            tool_call_id=call_id,
-            tool_name=name,
-            input=dict(args),
-            state="output-error",
-            error=str(exc),
-        )
-    return ToolPart(
-        tool_call_id=call_id,
-        tool_name=name,
-        input=dict(args),
-        state="output-available",
-        output=output,
-    )
+        return call.model_copy(update={"state": "output-error", "error": str(exc)})
+    return call.model_copy(update={"state": "output-available", "output": output})
 
 
 # --- the agent loop ------------------------------------------------------------------------
@@ -112,22 +98,21 @@ def system_prompt() -> list[ContextFragment]:
     ]
 
 
-async def run_turn(client: AsyncAnthropic, context: ContextEngine, text: str, *, model: str) -> str:
+async def run_turn(
+    client: AsyncAnthropic, context: ContextEngine, text: str, *, model: str, cache: bool = False
+) -> str:
     """One user turn: call the model until it stops calling tools, then save the turn."""
     context.set(user(text))
     answer = Message(id=uuid.uuid4().hex, role="assistant")
     for _ in range(MAX_STEPS):
-        request = (await context.resolve()).to_anthropic()  # {"system": ..., "messages": [...]}
+        resolved = await context.resolve()
+        request = resolved.to_anthropic(cache=cache)  # {"system": ..., "messages": [...]}
         response = await client.messages.create(
             model=model, max_tokens=MAX_TOKENS, tools=TOOLS, **request
         )
         await context.track_usage(response.usage)  # summed in the chat's metadata
-        parts: list[Part] = []
-        for block in response.content:
-            if block.type == "text":
-                parts.append(TextPart(text=block.text))
-            elif block.type == "tool_use":
-                parts.append(call_tool(block.id, block.name, block.input))
+        reply = Message.from_anthropic(response)  # text, tool calls, thinking with signatures
+        parts = [call_tool(part) if isinstance(part, ToolPart) else part for part in reply.parts]
         answer = answer.model_copy(update={"parts": [*answer.parts, *parts]})
         context.set(assistant(answer))  # same id: replaces the draft queued by the last step
         if response.stop_reason != "tool_use":
@@ -144,12 +129,13 @@ async def run(
     chat_id: str = "anthropic-demo",
     user_id: str = "demo-user",
     model: str = DEFAULT_MODEL,
+    cache: bool = False,
 ) -> list[str]:
     """Run one turn per prompt in the chat ``chat_id``; return the answers."""
     async with SqlContextStore(store_url) as store:
         context = ContextEngine(store=store, chat_id=chat_id, user_id=user_id)
         context.set(*system_prompt())
-        return [await run_turn(client, context, prompt, model=model) for prompt in prompts]
+        return [await run_turn(client, context, p, model=model, cache=cache) for p in prompts]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -158,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--url", default=os.environ.get("AGENTCONTEXT_URL", DEFAULT_URL))
     parser.add_argument("--chat", default="anthropic-demo", help="the chat to continue")
     parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--cache", action="store_true", help="use Anthropic's prompt cache")
     args = parser.parse_args(argv)
     if not os.environ.get("ANTHROPIC_API_KEY"):
         print(
@@ -170,7 +157,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         answers = asyncio.run(
-            run(AsyncAnthropic(), args.url, args.prompts, chat_id=args.chat, model=args.model)
+            run(
+                AsyncAnthropic(),
+                args.url,
+                args.prompts,
+                chat_id=args.chat,
+                model=args.model,
+                cache=args.cache,
+            )
         )
     except anthropic.APIError as exc:
         print(f"Anthropic API error: {exc}", file=sys.stderr)

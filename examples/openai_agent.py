@@ -9,6 +9,7 @@ Run it::
 
     export OPENAI_API_KEY=sk-...
     python examples/openai_agent.py "What's the weather in Paris?" "And in Tokyo?"
+    python examples/openai_agent.py --api responses "And in Rome?"   # the Responses API
     agentcontext show openai-demo          # the stored conversation, as a tree
 
 ``run()`` takes the client as an argument: the tests pass a fake one and run offline.
@@ -23,19 +24,19 @@ import os
 import sys
 import uuid
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import openai
 from openai import AsyncOpenAI
-from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+from openai.types.chat import ChatCompletion, ChatCompletionToolParam
+from openai.types.responses import FunctionToolParam, Response
 
 from agentcontext import (
     ContextEngine,
     ContextFragment,
     Message,
-    Part,
+    ResolveResult,
     SqlContextStore,
-    TextPart,
     ToolPart,
     assistant,
     guardrail,
@@ -77,26 +78,31 @@ TOOLS: list[ChatCompletionToolParam] = [
 ]
 
 
-def call_tool(call_id: str, name: str, arguments: str) -> ToolPart:
+RESPONSES_TOOLS: list[FunctionToolParam] = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "Get the current weather of a city.",
+        "parameters": TOOLS[0]["function"]["parameters"],
+        "strict": True,
+    }
+]
+
+
+def call_tool(call: ToolPart) -> ToolPart:
     """Run one tool call. A failure becomes an ``output-error`` part the model can read."""
     try:
-        args = json.loads(arguments or "{}")
-        if name != "get_weather":
-            raise ValueError(f"unknown tool {name!r}")
+        # Arguments that are not JSON come as the text the model wrote: parsing it again
+        # gives the model the parser's error.
+        args = json.loads(call.input) if isinstance(call.input, str) else call.input
+        if call.tool_name != "get_weather":
+            raise ValueError(f"unknown tool {call.tool_name!r}")
         # Stored as the JSON text the model reads, so later requests repeat it byte for byte
         # (PostgreSQL's JSONB would not keep the key order of a dict).
         output = json.dumps(get_weather(**args))
     except (ValueError, TypeError) as exc:  # bad JSON, unknown tool, wrong arguments
-        return ToolPart(
-            tool_call_id=call_id,
-            tool_name=name,
-            input=arguments,
-            state="output-error",
-            error=str(exc),
-        )
-    return ToolPart(
-        tool_call_id=call_id, tool_name=name, input=args, state="output-available", output=output
-    )
+        return call.model_copy(update={"state": "output-error", "error": str(exc)})
+    return call.model_copy(update={"state": "output-available", "output": output})
 
 
 # --- the agent loop ------------------------------------------------------------------------
@@ -111,27 +117,43 @@ def system_prompt() -> list[ContextFragment]:
     ]
 
 
-async def run_turn(client: AsyncOpenAI, context: ContextEngine, text: str, *, model: str) -> str:
+async def call_model(
+    client: AsyncOpenAI, resolved: ResolveResult, *, model: str, api: str = "chat"
+) -> Message:
+    """One model call, on Chat Completions or the Responses API; the reply as a message."""
+    response: ChatCompletion | Response
+    if api == "responses":
+        response = await client.responses.create(
+            model=model,
+            instructions=resolved.system_prompt,
+            input=resolved.to_openai_responses(),  # reasoning items go back by id
+            tools=RESPONSES_TOOLS,
+            include=["reasoning.encrypted_content"],
+            store=False,
+        )
+    else:
+        response = await client.chat.completions.create(
+            model=model, messages=resolved.to_openai(), tools=TOOLS
+        )
+    return Message.from_openai(response)  # text, tool calls, reasoning and usage
+
+
+async def run_turn(
+    client: AsyncOpenAI, context: ContextEngine, text: str, *, model: str, api: str = "chat"
+) -> str:
     """One user turn: call the model until it stops calling tools, then save the turn."""
     context.set(user(text))
     answer = Message(id=uuid.uuid4().hex, role="assistant")
     for _ in range(MAX_STEPS):
         resolved = await context.resolve()  # system prompt + stored history + this turn so far
-        response = await client.chat.completions.create(
-            model=model,
-            messages=cast(list[ChatCompletionMessageParam], resolved.to_openai()),
-            tools=TOOLS,
-        )
-        if response.usage is not None:
-            await context.track_usage(response.usage)  # summed in the chat's metadata
-        reply = response.choices[0].message
-        parts: list[Part] = [TextPart(text=reply.content)] if reply.content else []
-        for call in reply.tool_calls or []:
-            if call.type == "function":
-                parts.append(call_tool(call.id, call.function.name, call.function.arguments))
+        reply = await call_model(client, resolved, model=model, api=api)
+        if reply.metadata and "usage" in reply.metadata:
+            await context.track_usage(reply.metadata["usage"])  # summed in the chat's metadata
+        calls = [part for part in reply.parts if isinstance(part, ToolPart)]
+        parts = [call_tool(part) if isinstance(part, ToolPart) else part for part in reply.parts]
         answer = answer.model_copy(update={"parts": [*answer.parts, *parts]})
         context.set(assistant(answer))  # same id: replaces the draft queued by the last step
-        if not reply.tool_calls:
+        if not calls:
             break
     await context.save()  # the user message and the whole answer, in one transaction
     return answer.text
@@ -145,12 +167,13 @@ async def run(
     chat_id: str = "openai-demo",
     user_id: str = "demo-user",
     model: str = DEFAULT_MODEL,
+    api: str = "chat",
 ) -> list[str]:
     """Run one turn per prompt in the chat ``chat_id``; return the answers."""
     async with SqlContextStore(store_url) as store:
         context = ContextEngine(store=store, chat_id=chat_id, user_id=user_id)
         context.set(*system_prompt())
-        return [await run_turn(client, context, prompt, model=model) for prompt in prompts]
+        return [await run_turn(client, context, p, model=model, api=api) for p in prompts]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -159,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--url", default=os.environ.get("AGENTCONTEXT_URL", DEFAULT_URL))
     parser.add_argument("--chat", default="openai-demo", help="the chat to continue")
     parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--api", choices=["chat", "responses"], default="chat")
     args = parser.parse_args(argv)
     if not os.environ.get("OPENAI_API_KEY"):
         print(
@@ -171,7 +195,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         answers = asyncio.run(
-            run(AsyncOpenAI(), args.url, args.prompts, chat_id=args.chat, model=args.model)
+            run(
+                AsyncOpenAI(),
+                args.url,
+                args.prompts,
+                chat_id=args.chat,
+                model=args.model,
+                api=args.api,
+            )
         )
     except openai.APIError as exc:
         print(f"OpenAI API error: {exc}", file=sys.stderr)

@@ -20,137 +20,30 @@ import argparse
 import asyncio
 import os
 import sys
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic_ai import Agent
-from pydantic_ai import messages as ai
+from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.models import Model
-from pydantic_core import to_jsonable_python
 
 from agentcontext import (
     ContextEngine,
     ContextFragment,
     ContextStore,
-    Message,
-    Part,
-    ReasoningPart,
     SqlContextStore,
-    TextPart,
-    ToolPart,
     guardrail,
     hint,
-    message,
     role,
+)
+from agentcontext.integrations.pydantic_ai import (
+    history_processor,
+    save_run,
+    to_model_messages,
 )
 
 DEFAULT_URL = "sqlite+aiosqlite:///agentcontext.db"  # the command line's default database too
-
-
-# --- agentcontext messages <-> pydantic-ai messages ----------------------------------------
-
-
-def to_model_messages(messages: Sequence[Message]) -> list[ai.ModelMessage]:
-    """Stored messages as a pydantic-ai history (for ``message_history=``)."""
-    history: list[ai.ModelMessage] = []
-    for msg in messages:
-        if msg.role == "assistant":
-            history.extend(_assistant_steps(msg))
-        elif msg.text:
-            prompt = (
-                ai.UserPromptPart(msg.text) if msg.role == "user" else ai.SystemPromptPart(msg.text)
-            )
-            history.append(ai.ModelRequest(parts=[prompt]))
-    return history
-
-
-def _assistant_steps(msg: Message) -> list[ai.ModelMessage]:
-    """An assistant message as model responses, each followed by its tool results.
-
-    A text after tool results starts a new step, as in the AI SDK. Unfinished tool calls
-    (no result yet) are left out: a model refuses a call without a result.
-    """
-    steps: list[ai.ModelMessage] = []
-    response: list[ai.ModelResponsePart] = []
-    results: list[ai.ModelRequestPart] = []
-    for part in msg.parts:
-        if isinstance(part, TextPart | ReasoningPart) and results:
-            steps += [ai.ModelResponse(parts=response), ai.ModelRequest(parts=results)]
-            response, results = [], []
-        if isinstance(part, TextPart):
-            response.append(ai.TextPart(part.text))
-        elif isinstance(part, ReasoningPart):
-            response.append(ai.ThinkingPart(part.text))
-        elif isinstance(part, ToolPart) and part.state in ("output-available", "output-error"):
-            ok = part.state == "output-available"
-            response.append(ai.ToolCallPart(part.tool_name, part.input, part.tool_call_id))
-            results.append(
-                ai.ToolReturnPart(
-                    part.tool_name,
-                    part.output if ok else part.error,
-                    part.tool_call_id,
-                    outcome="success" if ok else "failed",
-                )
-            )
-    if response:
-        steps.append(ai.ModelResponse(parts=response))
-    if results:
-        steps.append(ai.ModelRequest(parts=results))
-    return steps
-
-
-def from_model_messages(messages: Sequence[ai.ModelMessage]) -> list[Message]:
-    """A run's new pydantic-ai messages as agentcontext messages.
-
-    Each user prompt becomes a user message; what the model did until the next prompt (its
-    text, its reasoning, its tool calls with their results) becomes one assistant message,
-    the way the AI SDK stores a turn. Files in prompts are left out (only text is kept).
-    """
-    out: list[Message] = []
-    answer: list[Part] = []  # the assistant message being built
-
-    def close_answer() -> None:
-        if answer:
-            out.append(Message(id=uuid.uuid4().hex, role="assistant", parts=list(answer)))
-            answer.clear()
-
-    for model_message in messages:
-        for part in model_message.parts:
-            if isinstance(part, ai.UserPromptPart):
-                close_answer()
-                content = [part.content] if isinstance(part.content, str) else part.content
-                texts = [TextPart(text=item) for item in content if isinstance(item, str)]
-                out.append(Message(id=uuid.uuid4().hex, role="user", parts=texts))
-            elif isinstance(part, ai.TextPart):
-                answer.append(TextPart(text=part.content))
-            elif isinstance(part, ai.ThinkingPart):
-                answer.append(ReasoningPart(text=part.content))
-            elif isinstance(part, ai.ToolCallPart):
-                answer.append(
-                    ToolPart(
-                        tool_call_id=part.tool_call_id,
-                        tool_name=part.tool_name,
-                        input=part.args_as_dict(),
-                        state="input-available",
-                    )
-                )
-            elif isinstance(part, ai.ToolReturnPart):
-                answer[:] = [_with_result(p, part) for p in answer]
-    close_answer()
-    return out
-
-
-def _with_result(part: Part, result: ai.ToolReturnPart) -> Part:
-    """``part`` completed by ``result`` if it is the call that ``result`` answers."""
-    if not isinstance(part, ToolPart) or part.tool_call_id != result.tool_call_id:
-        return part
-    if result.outcome == "success":
-        output = to_jsonable_python(result.content)  # stored as JSON
-        return part.model_copy(update={"state": "output-available", "output": output})
-    error = result.model_response_str(wrap_if_error=False)  # pydantic-ai wraps it when sending
-    return part.model_copy(update={"state": "output-error", "error": error})
 
 
 # --- the agent -----------------------------------------------------------------------------
@@ -184,15 +77,27 @@ async def ask(
     """One run: load the history from the store, run the agent, save what the run added."""
     context = ContextEngine(store=store, chat_id=chat_id, user_id=user_id)
     context.set(*system_prompt())
-    resolved = await context.resolve()
+    resolved = await context.resolve()  # the rendered prompt and the stored messages
     result = await agent.run(
         prompt,
         instructions=resolved.system_prompt,
         message_history=to_model_messages(resolved.messages),
     )
-    context.set(*(message(msg) for msg in from_model_messages(result.new_messages())))
-    await context.save()
-    await context.track_usage(result.usage)  # tokens, requests and tool calls, summed
+    await save_run(context, result)  # the run's new messages, and its usage summed
+    return result.output
+
+
+async def ask_with_processor(
+    model: Model | str, store: ContextStore, prompt: str, *, chat_id: str, user_id: str
+) -> str:
+    """The same run with a history processor: the agent reads the stored chat itself."""
+    context = ContextEngine(store=store, chat_id=chat_id, user_id=user_id)
+    context.set(*system_prompt())
+    agent = Agent(
+        model, tools=[get_weather], capabilities=[ProcessHistory(history_processor(context))]
+    )
+    result = await agent.run(prompt, instructions=(await context.resolve()).system_prompt)
+    await save_run(context, result)
     return result.output
 
 

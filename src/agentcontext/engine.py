@@ -65,6 +65,7 @@ from agentcontext.store.records import (
     ResolveRecord,
     utcnow,
 )
+from agentcontext.usage import add_usage, normalize_usage
 
 __all__ = ["ContextEngine", "InspectFragments", "InspectMeta", "InspectResult", "SaveResult"]
 
@@ -138,27 +139,6 @@ def _usage_dict(usage: object) -> dict[str, Any]:
         "usage must be a dict of token counts or an object with model_dump(), "
         f"got {v.type_name(usage)}"
     )
-
-
-def _add_usage(total: Mapping[str, Any], usage: Mapping[str, Any]) -> dict[str, Any]:
-    """Sum numbers key by key (nested dicts too); keep the latest value of anything else."""
-    out = dict(total)
-    for key, value in usage.items():
-        if not isinstance(key, str):
-            raise InvalidInputError(f"usage keys must be strings, got {key!r}")
-        if value is None:
-            continue
-        if isinstance(value, Mapping):
-            current = out.get(key)
-            out[key] = _add_usage(current if isinstance(current, Mapping) else {}, value)
-        elif isinstance(value, bool) or not isinstance(value, (int, float)):
-            out[key] = value
-        else:
-            current = out.get(key)
-            if isinstance(current, bool) or not isinstance(current, (int, float)):
-                current = 0
-            out[key] = current + value
-    return out
 
 
 def _fragment_json(fragment: ContextFragment) -> dict[str, Any]:
@@ -837,17 +817,23 @@ class ContextEngine:
             return self._conv.chat
 
     async def track_usage(self, usage: Mapping[str, Any] | Any) -> Chat:
-        """Add token usage to the chat's ``metadata["usage"]`` (numbers summed key by key).
+        """Add token usage to the chat's ``metadata["usage"]``, in one shape for every SDK.
 
-        Accepts a dict or an SDK usage object (anything with ``model_dump()``). The sum is
-        taken under the store's lock, so concurrent calls never lose an update.
+        Accepts the usage of OpenAI Chat Completions, the Responses API, the Agents SDK,
+        Anthropic or pydantic-ai (objects or dicts). The chat keeps normalised totals:
+        ``input_tokens``, ``output_tokens``, ``cached_input_tokens``, ``reasoning_tokens``,
+        ``total_tokens`` and ``requests`` (see `agentcontext.usage.normalize_usage`). The sum
+        is taken under the store's lock, so concurrent calls never lose an update.
         """
-        increment = _usage_dict(usage)
+        raw = _usage_dict(usage)
+        if isinstance(usage, Mapping):
+            v.check_json(raw, "usage")  # a caller's dict: refuse what JSON cannot hold
+        increment = normalize_usage(raw)
         v.check_json(increment, "usage")
 
         def updater(chat: Chat) -> ChatUpdate:
             current = chat.metadata.get("usage")
-            total = _add_usage(current if isinstance(current, Mapping) else {}, increment)
+            total = add_usage(current if isinstance(current, Mapping) else {}, increment)
             return ChatUpdate(metadata={**chat.metadata, "usage": total})
 
         async with self._session():

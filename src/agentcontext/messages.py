@@ -6,16 +6,22 @@ validates back into the same classes with ``Message.model_validate(data)``.
 
 :class:`ResolveResult` is what ``ContextEngine.resolve()`` returns: the rendered system prompt
 and the conversation, with adapters to the request shapes of the official OpenAI and Anthropic
-SDKs (see :mod:`agentcontext._adapters` for every mapping rule).
+SDKs (see the `agentcontext.adapters` package for every mapping rule).
 
 Messages and parts are frozen: change one with ``model_copy(update=...)``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
+    from openai.types.responses import ResponseInputItemParam
+
+    from agentcontext.adapters.anthropic import AnthropicRequest
 
 __all__ = [
     "DataPart",
@@ -54,10 +60,25 @@ class TextPart(_Part):
 
 
 class ReasoningPart(_Part):
-    """The model's reasoning (its "thinking") as text."""
+    """The model's reasoning (its "thinking") as text, with what its provider needs back.
+
+    Providers that take reasoning back verbatim need more than its text: Anthropic thinking
+    blocks carry a ``signature`` (redacted thinking carries only ``redacted_data``), OpenAI
+    Responses reasoning items an ``item_id`` and, without server-side storage, their
+    ``encrypted_content``. The adapters fill these in when a reply is read and send them back
+    unchanged; reasoning without them is not sent to Anthropic or the Responses API.
+    """
 
     type: Literal["reasoning"] = "reasoning"
     text: str
+    signature: str | None = None
+    """Anthropic: the signature of a ``thinking`` block."""
+    redacted_data: str | None = None
+    """Anthropic: the opaque data of a ``redacted_thinking`` block (``text`` is empty)."""
+    item_id: str | None = None
+    """OpenAI Responses: the id of the reasoning item this text belongs to."""
+    encrypted_content: str | None = None
+    """OpenAI Responses: the item's encrypted reasoning, sent back as it came."""
 
 
 class ToolPart(_Part):
@@ -122,6 +143,43 @@ class Message(BaseModel):
         """The text of the message: its text parts joined with blank lines."""
         return "\n\n".join(part.text for part in self.parts if isinstance(part, TextPart))
 
+    @classmethod
+    def from_openai(cls, reply: Any, *, id: str | None = None) -> Message:
+        """An assistant message from an OpenAI reply.
+
+        Args:
+            reply: A Chat Completions ``ChatCompletion`` or its ``message``, a Responses API
+                ``Response``, or a list of Responses output items (SDK objects or dicts).
+            id: The message id; by default the reply's own id (or a random one).
+
+        Returns:
+            The reply's text, tool calls (state ``"input-available"``, or finished when the
+            items hold their ``function_call_output``) and reasoning (with item id and
+            encrypted content), with ``metadata`` holding the provider, model, response id
+            and normalised usage. See `agentcontext.adapters.from_openai`.
+        """
+        from agentcontext.adapters.openai import from_openai
+
+        return from_openai(reply, id=id)
+
+    @classmethod
+    def from_anthropic(cls, reply: Any, *, id: str | None = None) -> Message:
+        """An assistant message from an Anthropic Messages API response.
+
+        Args:
+            reply: An ``anthropic.types.Message`` (or its dict form).
+            id: The message id; by default the response's id.
+
+        Returns:
+            Text, ``tool_use`` calls (state ``"input-available"``), thinking with its
+            signature and redacted thinking, with ``metadata`` holding the provider, model,
+            response id, stop reason and normalised usage. See
+            `agentcontext.adapters.from_anthropic`.
+        """
+        from agentcontext.adapters.anthropic import from_anthropic
+
+        return from_anthropic(reply, id=id)
+
 
 class ResolveResult(BaseModel):
     """What ``ContextEngine.resolve()`` returns: the system prompt and the conversation.
@@ -139,25 +197,38 @@ class ResolveResult(BaseModel):
     """The input tokens of the request as sent, counted for ``resolve(window=...)`` (None
     without a window)."""
 
-    def to_openai(self) -> list[dict[str, Any]]:
+    def to_openai(self) -> list[ChatCompletionMessageParam]:
         """The conversation as the ``messages`` of an OpenAI Chat Completions request.
 
         The system prompt comes first as a ``system`` message (left out when empty), text,
         images, files and tool calls with their results are mapped, reasoning and data parts
-        are dropped. See :func:`agentcontext._adapters.to_openai` for every rule.
+        are dropped. See `agentcontext.adapters.to_openai` for every rule.
         """
-        from agentcontext._adapters import to_openai
+        from agentcontext.adapters.openai import to_openai
 
         return to_openai(self.system_prompt, self.messages)
 
-    def to_anthropic(self) -> dict[str, Any]:
+    def to_openai_responses(self) -> list[ResponseInputItemParam]:
+        """The conversation as the ``input`` items of an OpenAI Responses API request.
+
+        Use ``instructions=result.system_prompt`` for the system prompt. Function calls and
+        their outputs, and reasoning items (by id, with encrypted content) are mapped. See
+        `agentcontext.adapters.to_openai_responses` for every rule.
+        """
+        from agentcontext.adapters.responses import to_openai_responses
+
+        return to_openai_responses(self.messages)
+
+    def to_anthropic(self, *, cache: bool = False) -> AnthropicRequest:
         """The conversation as ``{"system": ..., "messages": [...]}`` for Anthropic's Messages API.
 
         ``system`` is left out when there is no system text; consecutive messages of one role
         are merged, tool calls become ``tool_use`` blocks answered by ``tool_result`` blocks in
-        the next user message, reasoning and data parts are dropped. See
-        :func:`agentcontext._adapters.to_anthropic` for every rule.
+        the next user message, signed thinking goes back as ``thinking`` blocks, data parts
+        are dropped. With ``cache=True`` the system prompt and the end of the conversation
+        carry ``cache_control`` breakpoints (at most three). See
+        `agentcontext.adapters.to_anthropic` for every rule.
         """
-        from agentcontext._adapters import to_anthropic
+        from agentcontext.adapters.anthropic import to_anthropic
 
-        return to_anthropic(self.system_prompt, self.messages)
+        return to_anthropic(self.system_prompt, self.messages, cache=cache)

@@ -7,9 +7,8 @@ import math
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
-from agentcontext import InvalidTypeError, SerializationError
+from agentcontext import InvalidInputError, InvalidTypeError, SerializationError
 from agentcontext.store import SqlContextStore
 from tests.engine.conftest import EngineFactory
 
@@ -66,35 +65,36 @@ async def test_concurrent_metadata_merges_lose_nothing(
     assert chat is not None and chat.metadata == {f"k{i}": i for i in range(10)}
 
 
-async def test_track_usage_sums_numbers_key_by_key(make_engine: EngineFactory) -> None:
+def normalised(**counts: int) -> dict[str, int]:
+    keys = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
+    out = {key: counts.get(key, 0) for key in keys}
+    out["total_tokens"] = counts.get("total_tokens", out["input_tokens"] + out["output_tokens"])
+    out["requests"] = counts.get("requests", 1)
+    return out
+
+
+async def test_track_usage_keeps_normalised_totals(make_engine: EngineFactory) -> None:
     engine = make_engine(metadata={"topic": "x"})
     await engine.track_usage({"input_tokens": 10, "output_tokens": 5, "model": "a"})
     chat = await engine.track_usage(
-        {
-            "input_tokens": 7,
-            "output_tokens": 0.5,
-            "details": {"cached": 3},
-            "model": "b",
-            "skipped": None,
-        }
+        {"input_tokens": 7, "output_tokens": 2, "model": "b", "skipped": None}
     )
+    # Provider keys are not kept side by side: only the normalised counts, summed.
     assert chat.metadata == {
         "topic": "x",
-        "usage": {
-            "input_tokens": 17,
-            "output_tokens": 5.5,
-            "details": {"cached": 3},
-            "model": "b",
-        },
+        "usage": normalised(input_tokens=17, output_tokens=7, requests=2),
     }
-    chat = await engine.track_usage({"details": {"cached": 2, "audio": 1}})
-    assert chat.metadata["usage"]["details"] == {"cached": 5, "audio": 1}
 
 
-async def test_track_usage_accepts_sdk_objects(make_engine: EngineFactory) -> None:
-    class Usage(BaseModel):
-        prompt_tokens: int
-        completion_tokens: int
+async def test_track_usage_sums_every_sdk_into_one_shape(make_engine: EngineFactory) -> None:
+    from anthropic.types import Usage as AnthropicUsage
+    from openai.types.completion_usage import (
+        CompletionTokensDetails,
+        CompletionUsage,
+        PromptTokensDetails,
+    )
+    from openai.types.responses import ResponseUsage
+    from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
     class Plain:
         def __init__(self) -> None:
@@ -102,15 +102,53 @@ async def test_track_usage_accepts_sdk_objects(make_engine: EngineFactory) -> No
             self._private = 99
 
     engine = make_engine()
-    await engine.track_usage(Usage(prompt_tokens=3, completion_tokens=1))
-    await engine.track_usage(Usage(prompt_tokens=2, completion_tokens=2))
+    await engine.track_usage(
+        CompletionUsage(
+            prompt_tokens=30,
+            completion_tokens=10,
+            total_tokens=40,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=20),
+            completion_tokens_details=CompletionTokensDetails(reasoning_tokens=6),
+        )
+    )
+    await engine.track_usage(
+        ResponseUsage(
+            input_tokens=100,
+            output_tokens=50,
+            total_tokens=150,
+            input_tokens_details=InputTokensDetails(cached_tokens=64, cache_write_tokens=0),
+            output_tokens_details=OutputTokensDetails(reasoning_tokens=32),
+        )
+    )
+    await engine.track_usage(
+        AnthropicUsage(
+            input_tokens=5,
+            output_tokens=7,
+            cache_read_input_tokens=1000,
+            cache_creation_input_tokens=200,
+        )
+    )
+    from agents.usage import Usage as AgentsUsage
+
+    agents_usage = AgentsUsage(requests=2, input_tokens=9, output_tokens=1, total_tokens=10)
+    agents_usage.add(AgentsUsage(requests=1, input_tokens=1, output_tokens=1, total_tokens=2))
+    await engine.track_usage(agents_usage)  # a dataclass holding per-request entries
     chat = await engine.track_usage(Plain())
-    assert chat.metadata["usage"] == {"prompt_tokens": 5, "completion_tokens": 3, "input_tokens": 4}
+    assert chat.metadata["usage"] == {
+        "input_tokens": 30 + 100 + 1205 + 10 + 4,
+        "output_tokens": 10 + 50 + 7 + 2,
+        "cached_input_tokens": 20 + 64 + 1000,
+        "reasoning_tokens": 6 + 32,
+        "total_tokens": 40 + 150 + 1212 + 12 + 4,
+        "requests": 1 + 1 + 1 + 3 + 1,
+    }
     with pytest.raises(InvalidTypeError, match="usage"):
         await engine.track_usage(42)
     with pytest.raises(SerializationError):
         await engine.track_usage({"input_tokens": math.inf})
-    assert (await engine.update_chat()).metadata["usage"]["input_tokens"] == 4
+    with pytest.raises(InvalidInputError, match="input_tokens"):
+        await engine.track_usage({"input_tokens": "many"})
+    assert (await engine.update_chat()).metadata["usage"]["input_tokens"] == 1349
 
 
 async def test_twenty_concurrent_track_usage_calls_lose_nothing(
@@ -124,8 +162,6 @@ async def test_twenty_concurrent_track_usage_calls_lose_nothing(
     await asyncio.gather(*(shared.track_usage({"input_tokens": 1}) for _ in range(20)))
     chat = await store.get_chat("c1")
     assert chat is not None
-    assert chat.metadata["usage"] == {
-        "input_tokens": 3 * 20 + 20,
-        "output_tokens": 2 * 20,
-        "total": {"calls": 20},
-    }
+    assert chat.metadata["usage"] == normalised(
+        input_tokens=3 * 20 + 20, output_tokens=2 * 20, requests=40
+    )

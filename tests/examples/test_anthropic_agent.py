@@ -17,7 +17,15 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from anthropic.types import Message, MessageParam, TextBlock, ToolParam, ToolUseBlock, Usage
+from anthropic.types import (
+    Message,
+    MessageParam,
+    TextBlock,
+    ThinkingBlock,
+    ToolParam,
+    ToolUseBlock,
+    Usage,
+)
 
 from agentcontext import ContextEngine, SqlContextStore, TextPart, ToolPart
 from tests.examples.helpers import EXAMPLES, assert_valid, load_example
@@ -239,3 +247,29 @@ async def test_the_script_reports_an_unreachable_api_and_stores_nothing(tmp_path
     async with SqlContextStore(f"sqlite+aiosqlite:///{tmp_path / 'agentcontext.db'}") as store:
         context = ContextEngine(store=store, chat_id="anthropic-demo", user_id="demo-user")
         assert await context.get_messages() == []
+
+
+async def test_with_cache_the_thinking_goes_back_signed_and_the_prefix_is_marked(
+    tmp_path: Path,
+) -> None:
+    thinking = ThinkingBlock(type="thinking", thinking="Use the tool.", signature="EqQBsig")
+    first = reply(None, ("toolu_1", "get_weather", {"city": "Paris"}))
+    first = first.model_copy(update={"content": [thinking, *first.content]})
+    client = FakeAnthropic(first, reply("It is sunny."))
+    url = f"sqlite+aiosqlite:///{tmp_path / 'chat.db'}"
+    await example.run(client, url, [PARIS], cache=True)
+
+    ephemeral = {"type": "ephemeral"}
+    for request in client.requests:
+        [system] = request["system"]
+        assert system["cache_control"] == ephemeral and "travel assistant" in system["text"]
+        marks = json.dumps(request["messages"]).count('"cache_control"')
+        assert 1 <= marks <= 2  # with the system prompt: at most 3 of Anthropic's 4
+        assert request["messages"][-1]["content"][-1]["cache_control"] == ephemeral
+    sent = client.requests[1]["messages"][1]
+    assert sent["role"] == "assistant"
+    assert sent["content"][0] == {
+        "type": "thinking",
+        "thinking": "Use the tool.",
+        "signature": "EqQBsig",
+    }

@@ -28,8 +28,9 @@ from openai.types.chat import (
 )
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_message_function_tool_call import Function
+from openai.types.responses import Response, ResponseInputItemParam
 
-from agentcontext import ContextEngine, SqlContextStore, TextPart, ToolPart
+from agentcontext import ContextEngine, ReasoningPart, SqlContextStore, TextPart, ToolPart
 from tests.examples.helpers import EXAMPLES, assert_valid, load_example
 
 example = load_example("openai_agent")
@@ -76,12 +77,13 @@ def completion(
 class FakeOpenAI:
     """Stands in for AsyncOpenAI: ``chat.completions.create`` returns the scripted replies."""
 
-    def __init__(self, *replies: ChatCompletion) -> None:
+    def __init__(self, *replies: ChatCompletion | Response) -> None:
         self.replies = deque(replies)
         self.requests: list[dict[str, Any]] = []
         self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
+        self.responses = SimpleNamespace(create=self._create)
 
-    async def _create(self, **kwargs: Any) -> ChatCompletion:
+    async def _create(self, **kwargs: Any) -> Any:
         self.requests.append(copy.deepcopy(kwargs))
         return self.replies.popleft()
 
@@ -150,8 +152,8 @@ async def test_a_turn_with_a_tool_call_is_sent_and_stored(store_url: str) -> Non
         # Usage of both calls, summed in the chat's metadata.
         assert context.chat is not None
         usage = context.chat.metadata["usage"]
-        assert usage["prompt_tokens"] == 300
-        assert usage["completion_tokens"] == 22
+        assert usage["input_tokens"] == 300
+        assert usage["output_tokens"] == 22
         assert usage["total_tokens"] == 322
 
 
@@ -254,3 +256,84 @@ async def test_the_script_reports_an_unreachable_api_and_stores_nothing(tmp_path
     async with SqlContextStore(f"sqlite+aiosqlite:///{tmp_path / 'agentcontext.db'}") as store:
         context = ContextEngine(store=store, chat_id="openai-demo", user_id="demo-user")
         assert await context.get_messages() == []  # the failed turn left no half-saved message
+
+
+def response(*output: dict[str, Any]) -> Response:
+    """A Responses API reply as the API returns it."""
+    return Response.model_validate(
+        {
+            "id": "resp_test",
+            "object": "response",
+            "created_at": 1_760_000_000,
+            "model": "gpt-5-mini",
+            "status": "completed",
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "output": list(output),
+            "usage": {
+                "input_tokens": 100,
+                "output_tokens": 20,
+                "total_tokens": 120,
+                "input_tokens_details": {"cached_tokens": 80, "cache_write_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 12},
+            },
+        }
+    )
+
+
+REASONING = {
+    "type": "reasoning",
+    "id": "rs_1",
+    "summary": [{"type": "summary_text", "text": "Look the weather up."}],
+    "encrypted_content": "gAAAA-opaque",
+}
+
+
+async def test_the_responses_api_gets_its_reasoning_back_by_id(store_url: str) -> None:
+    answer = "It is sunny and 24 °C in Paris."
+    call = {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "call_1",
+        "name": "get_weather",
+        "arguments": '{"city": "Paris"}',
+        "status": "completed",
+    }
+    text = {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": answer, "annotations": []}],
+    }
+    client = FakeOpenAI(response(REASONING, call), response(text))
+    assert await example.run(client, store_url, [PARIS], api="responses") == [answer]
+
+    first, second = client.requests
+    for request in client.requests:
+        assert_valid(list[ResponseInputItemParam], request["input"])
+        assert "You are a travel assistant." in request["instructions"]
+        assert request["store"] is False
+    assert first["input"] == [{"role": "user", "content": PARIS}]
+    assert second["input"][0] == first["input"][0]
+    assert second["input"][1] == REASONING  # verbatim: id, summary, encrypted content
+    assert second["input"][2] == {
+        "type": "function_call",
+        "call_id": "call_1",
+        "name": "get_weather",
+        "arguments": '{"city": "Paris"}',
+    }
+    assert second["input"][3]["type"] == "function_call_output"
+    assert json.loads(second["input"][3]["output"])["sky"] == "sunny"
+
+    async with SqlContextStore(store_url) as store:
+        context = ContextEngine(store=store, chat_id="openai-demo", user_id="demo-user")
+        _, stored = await context.get_messages()
+        assert stored.parts[0] == ReasoningPart(
+            text="Look the weather up.", item_id="rs_1", encrypted_content="gAAAA-opaque"
+        )
+        assert stored.text == answer
+        assert context.chat is not None
+        usage = context.chat.metadata["usage"]
+        assert usage["cached_input_tokens"] == 160 and usage["reasoning_tokens"] == 24
