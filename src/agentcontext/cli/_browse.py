@@ -14,7 +14,15 @@ from agentcontext.errors import ChatNotFoundError, InvalidInputError
 from agentcontext.store import Chat, SqlContextStore
 from agentcontext.views import graph_to_mermaid, visualize_graph
 
-__all__ = ["add_json", "meta_filter", "non_negative", "positive", "register", "require_chat"]
+__all__ = [
+    "add_json",
+    "meta_filter",
+    "non_negative",
+    "positive",
+    "register",
+    "require_chat",
+    "when",
+]
 
 _INT = re.compile(r"[+-]?\d+")
 ROLES = ("system", "user", "assistant")
@@ -141,7 +149,8 @@ def register(commands: Any) -> None:
     mermaid.set_defaults(handler=_mermaid)
 
 
-def _when(value: datetime, rich: bool) -> str:
+def when(value: datetime, rich: bool) -> str:
+    """A timestamp: readable on a terminal, ISO 8601 when piped."""
     if rich:
         return value.strftime("%Y-%m-%d %H:%M:%S UTC")
     return value.isoformat()
@@ -171,7 +180,7 @@ async def _chats(args: argparse.Namespace, env: Env) -> int:
     rows = []
     for chat in chats:
         row = [chat.id, chat.title or "", str(chat.message_count), str(chat.branch_count)]
-        row.append(_when(chat.updated_at, env.out.rich))
+        row.append(when(chat.updated_at, env.out.rich))
         if args.user is None:
             row.insert(1, chat.user_id)
         rows.append(row)
@@ -212,7 +221,7 @@ async def _show(args: argparse.Namespace, env: Env) -> int:
                 "*" if branch.is_active else "",
                 branch.head_message_id or "",
                 str(branch.message_count),
-                _when(branch.created_at, out.rich),
+                when(branch.created_at, out.rich),
             ]
             for branch in graph.branches
         ],
@@ -223,7 +232,7 @@ async def _show(args: argparse.Namespace, env: Env) -> int:
     out.table(
         ["checkpoint", "message", "created"],
         [
-            [point.name, point.message_id, _when(point.created_at, out.rich)]
+            [point.name, point.message_id, when(point.created_at, out.rich)]
             for point in graph.checkpoints
         ],
         whole=("checkpoint", "message"),
