@@ -22,7 +22,7 @@ Rules shared by both adapters
   and both providers reject a call without a result, so they are left out.
 * Reasoning parts are dropped: OpenAI Chat Completions takes no reasoning input, and
   Anthropic ``thinking`` blocks must carry the provider's signature, which a stored
-  :class:`~agentcontext.messages.ReasoningPart` does not have.
+  `ReasoningPart` does not have.
 * Data parts are application data and are never sent.
 * Files in assistant messages are dropped (neither API accepts them there).
 * A file is taken from ``data`` (base64) when present, else from ``url``; a ``data:`` URL
@@ -237,7 +237,7 @@ def to_openai(system_prompt: str, messages: Sequence[Message]) -> list[dict[str,
     * The system prompt becomes the first message, ``{"role": "system", "content": ...}``;
       it is left out when empty or only whitespace.
     * ``system`` messages keep their place and carry their text.
-    * ``user`` messages carry text and files (see :func:`_openai_file`).
+    * ``user`` messages carry text and files (see `_openai_file`).
     * ``assistant`` messages are cut into steps (see the module docs); each step is an
       assistant message with ``content`` (a string, a list of text parts, or ``None`` when
       the step only calls tools) and ``tool_calls`` (``{"id", "type": "function",
@@ -380,7 +380,7 @@ def to_anthropic(system_prompt: str, messages: Sequence[Message]) -> dict[str, A
     * ``system`` is the system prompt followed by the text of every ``system`` message
       (the Messages API has no system role inside ``messages``), joined with blank lines;
       the key is left out when there is no system text.
-    * ``user`` messages carry text blocks and file blocks (see :func:`_anthropic_file`).
+    * ``user`` messages carry text blocks and file blocks (see `_anthropic_file`).
     * ``assistant`` messages are cut into steps (see the module docs); each step is an
       assistant message with text blocks and ``tool_use`` blocks (``input`` must be an
       object: a non-dict input is sent as ``{"input": value}``, no input as ``{}``), and

@@ -1,12 +1,12 @@
 """Conversation messages: a parts-based model in the shape of the Vercel AI SDK's ``UIMessage``.
 
-A :class:`Message` has an ``id``, a ``role`` and a list of typed parts. The parts are
+A `Message` has an ``id``, a ``role`` and a list of typed parts. The parts are
 discriminated by their ``type`` field, so a stored message (``message.model_dump(mode="json")``)
 validates back into the same classes with ``Message.model_validate(data)``.
 
-:class:`ResolveResult` is what ``ContextEngine.resolve()`` returns: the rendered system prompt
+`ResolveResult` is what ``ContextEngine.resolve()`` returns: the rendered system prompt
 and the conversation, with adapters to the request shapes of the official OpenAI and Anthropic
-SDKs (see :mod:`agentcontext._adapters` for every mapping rule).
+SDKs (see `agentcontext._adapters` for every mapping rule).
 
 Messages and parts are frozen: change one with ``model_copy(update=...)``.
 """
@@ -139,7 +139,7 @@ class ResolveResult(BaseModel):
 
         The system prompt comes first as a ``system`` message (left out when empty), text,
         images, files and tool calls with their results are mapped, reasoning and data parts
-        are dropped. See :func:`agentcontext._adapters.to_openai` for every rule.
+        are dropped. See `agentcontext._adapters.to_openai` for every rule.
         """
         from agentcontext._adapters import to_openai
 
@@ -151,7 +151,7 @@ class ResolveResult(BaseModel):
         ``system`` is left out when there is no system text; consecutive messages of one role
         are merged, tool calls become ``tool_use`` blocks answered by ``tool_result`` blocks in
         the next user message, reasoning and data parts are dropped. See
-        :func:`agentcontext._adapters.to_anthropic` for every rule.
+        `agentcontext._adapters.to_anthropic` for every rule.
         """
         from agentcontext._adapters import to_anthropic
 
