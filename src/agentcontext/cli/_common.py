@@ -159,16 +159,21 @@ def new_file_removed_on_error(url: str) -> Iterator[None]:
 
 
 @asynccontextmanager
-async def open_store(env: Env, *, write: bool = False) -> AsyncIterator[SqlContextStore]:
+async def open_store(
+    env: Env, *, write: bool = False, check: Callable[[], None] | None = None
+) -> AsyncIterator[SqlContextStore]:
     """The store at the command's URL.
 
     Reading commands never change the schema: an outdated database raises
     SchemaOutdatedError, and a missing SQLite file is not created. Writing commands migrate
-    an empty or outdated database to the newest revision first, as the library does.
+    an empty or outdated database to the newest revision first, as the library does. `check`
+    runs once the URL is known to be valid and before the database is opened (or created).
     """
     store = SqlContextStore(env.url, migrate="auto" if write else False)  # checks the URL
     with new_file_removed_on_error(env.url):
         try:
+            if check is not None:
+                check()
             missing = None if write else env.missing_database()
             if missing is not None:
                 raise missing

@@ -203,12 +203,15 @@ async def _import(args: argparse.Namespace, env: Env) -> int:
     exported = _parse(args.file, _read(args.file))
     if args.as_id is not None:
         exported = renamed(exported, args.as_id)
-    try:
-        check_export(exported)  # before the database is opened: a bad file changes nothing
-    except ContextError as exc:
-        raise InvalidInputError(f"{where} is not a valid chat export: {exc}") from None
+
+    def check() -> None:  # before the database is opened: a bad file changes nothing
+        try:
+            check_export(exported)
+        except ContextError as exc:
+            raise InvalidInputError(f"{where} is not a valid chat export: {exc}") from None
+
     chat_id = exported.chat.id
-    async with open_store(env, write=True) as store:
+    async with open_store(env, write=True, check=check) as store:
         try:
             await store.import_chat(exported)
         except ChatExistsError:
