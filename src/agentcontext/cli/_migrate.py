@@ -1,4 +1,7 @@
-"""``agentcontext migrate``: upgrade, downgrade, current and check, with the packaged migrations."""
+"""`agentcontext migrate`: upgrade, downgrade, current and check, with the packaged migrations.
+
+Alembic is imported when a migrate action runs, not when the command line starts.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +10,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from alembic.script import ScriptDirectory
-from alembic.util.exc import CommandError
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -114,6 +115,9 @@ def _require_database(env: Env) -> None:
 
 
 def _known(revision: str) -> bool:
+    from alembic.script import ScriptDirectory
+    from alembic.util.exc import CommandError
+
     try:
         return ScriptDirectory.from_config(m.make_config()).get_revision(revision) is not None
     except CommandError:
@@ -134,6 +138,8 @@ def _newer(env: Env, revision: str) -> SchemaOutdatedError:
 
 
 async def _run(store: SqlContextStore, step: Callable[[Connection], None]) -> None:
+    from alembic.util.exc import CommandError
+
     try:
         await m.run_in_write_transaction(store.engine, step)
     except CommandError as exc:
