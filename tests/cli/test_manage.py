@@ -430,3 +430,17 @@ def test_subprocess_prune_and_delete_from_a_real_process(url: str, tmp_path: Pat
     assert result.stdout.startswith("deleted 1 chat ")
     result = run_cli_subprocess("--url", url, "delete", "work", cwd=tmp_path)
     assert result.returncode == 3
+
+
+def test_ids_are_never_cut_in_a_narrow_terminal(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "db.sqlite")
+    chat_id = "newcomer-onboarding-chat-0001"
+    asyncio.run(build_branched_chat(url, chat_id, "a-user-with-a-long-name"))
+    narrow = {"FORCE_COLOR": "1", "COLUMNS": "60"}
+    for args in (["chats"], ["branches", chat_id], ["search", chat_id, "Porto"]):
+        result = run_cli("--url", url, *args, cwd=tmp_path, env=narrow)
+        assert result.returncode == 0, result.stderr
+        assert "\x1b[" in result.stdout  # the rich form
+        assert chat_id in result.stdout or f"{chat_id}-pa0" in result.stdout, result.stdout
+    hits = run_cli("--url", url, "search", chat_id, "Porto", cwd=tmp_path, env=narrow).stdout
+    assert f"{chat_id}-pu0" in hits

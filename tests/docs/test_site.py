@@ -56,7 +56,13 @@ def test_no_page_shows_a_raw_rest_role(site: Path) -> None:
 
 def test_the_production_page_covers_operations(site: Path) -> None:
     html = (site / "production/index.html").read_text(encoding="utf-8")
-    for topic in ("pool_size", "PgBouncer", "agentcontext migrate upgrade", "OpenTelemetry", "prune"):
+    for topic in (
+        "pool_size",
+        "PgBouncer",
+        "agentcontext migrate upgrade",
+        "OpenTelemetry",
+        "prune",
+    ):
         assert topic in html, topic
 
 

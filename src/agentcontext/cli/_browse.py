@@ -184,7 +184,7 @@ async def _chats(args: argparse.Namespace, env: Env) -> int:
         if args.user is None:
             row.insert(1, chat.user_id)
         rows.append(row)
-    env.out.table(columns, rows, numeric=("messages", "branches"))
+    env.out.table(columns, rows, numeric=("messages", "branches"), whole=("id", "user"))
     return EXIT_OK
 
 

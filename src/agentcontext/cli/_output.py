@@ -23,6 +23,7 @@ __all__ = ["Output", "count", "one_line"]
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
 _ROLE_STYLES = {"user": "green", "assistant": "magenta", "system": "yellow"}
 _TREE_LINE = re.compile(r"^(?P<prefix>[│├└─ ]*)(?P<id>\S+) \((?P<role>[^)]*)\): (?P<rest>.*)$")
+_NARROWEST = 6  # the width a shortened column keeps in a rich table
 _MARK = re.compile(r"<mark>(.*?)</mark>", re.DOTALL)
 
 
@@ -162,10 +163,19 @@ class Output:
         if not rows:
             self.console.print(Text("(none)", style="dim"))
             return
-        table = Table(title=title, title_style="bold", header_style="bold cyan")
         keep = set(columns[:1] if whole is None else whole)
+        widths = [
+            max(len(name), *(len(one_line(row[i])) for row in rows))
+            for i, name in enumerate(columns)
+        ]
+        needed = sum(w + 3 for w, name in zip(widths, columns, strict=True) if name in keep)
+        needed += sum(_NARROWEST + 3 for name in columns if name not in keep) + 1
+        if needed > self.console.width:
+            self._records(columns, rows, title)  # too narrow for a table that keeps the ids
+            return
+        table = Table(title=title, title_style="bold", header_style="bold cyan")
         for index, name in enumerate(columns):
-            width = max(len(name), *(len(one_line(row[index])) for row in rows))
+            width = widths[index]
             table.add_column(
                 name,
                 justify="right" if name in numeric else "left",
@@ -175,6 +185,26 @@ class Output:
         for row in rows:
             table.add_row(*(self._cell(cell) for cell in row))
         self.console.print(table)
+
+    def _records(
+        self, columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None
+    ) -> None:
+        """One block of `column: value` lines per row, for a terminal too narrow for a table.
+
+        Lines are not wrapped by rich (the terminal wraps them), so an id copies whole.
+        """
+        from rich.text import Text
+
+        if title:
+            self.console.print(Text(title, style="bold"))
+        for index, row in enumerate(rows):
+            if index:
+                self.console.print()
+            for name, cell in zip(columns, row, strict=True):
+                text = Text()
+                text.append(f"{name}: ", style="bold cyan")
+                text.append_text(self._cell(cell))
+                self.console.print(text, soft_wrap=True)
 
     def _aligned(
         self, columns: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[str]

@@ -139,4 +139,5 @@ def _report(args: argparse.Namespace, env: Env, cutoff: datetime, chats: list[Ch
                 for c in chats
             ],
             numeric=("messages",),
+            whole=("id", "user"),
         )
