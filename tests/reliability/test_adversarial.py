@@ -67,7 +67,9 @@ async def test_a_retried_save_stores_the_turn_once(
     engine = ContextEngine(store=store, chat_id="retry", user_id="u")
     engine.set(user("first"), assistant_text("one"))
     await engine.save()
-    monkeypatch.setattr(store, "append_turn", LostAcknowledgement(store, "append_turn", error))
+    monkeypatch.setattr(
+        store, "append_turn", LostAcknowledgement(store, "append_turn", error)
+    )
     engine.set(user("second"), assistant_text("two"))
     if error is StoreUnavailableError:
         # A connection lost after the commit: the save finds its turn stored and returns.
