@@ -56,10 +56,11 @@ def register(commands: Any) -> None:
     prune = commands.add_parser(
         "prune",
         help="delete chats whose last activity is older than a duration (retention)",
-        description="Delete every chat (or every chat of --user) whose last activity (a "
-        "message saved, a branch or checkpoint changed, the title or metadata updated) is "
+        description="Delete every chat (or every chat of --user) whose last activity (the "
+        "'last activity' of 'agentcontext chats', moved by every save) is "
         "older than DURATION, such as 90d, 12h, 2w or 1d12h. --dry-run lists them without "
-        "deleting. A chat that becomes active while prune runs is kept.",
+        "deleting. Each chat is read again just before it is deleted: one that became active "
+        "since the listing is kept.",
     )
     prune.add_argument(
         "--older-than",
