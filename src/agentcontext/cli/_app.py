@@ -77,8 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every command."""
     parser = argparse.ArgumentParser(
         prog="agentcontext",
-        description="Inspect and manage agentcontext databases: chats, message graphs, "
-        "search, export and import, and schema migrations.",
+        description="Inspect and manage agentcontext databases: chats, message graphs and "
+        "transcripts, search, export and import, deletion and retention, and schema "
+        "migrations.",
         epilog=EPILOG,
         formatter_class=_Formatter,
     )
