@@ -302,6 +302,17 @@ def test_import_as_a_copy_beside_the_original(url: str, tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("new_id", "message"), [("", "must not be empty"), ("x" * 256, "the limit is 255")]
+)
+def test_import_as_refuses_a_bad_id(url: str, tmp_path: Path, new_id: str, message: str) -> None:
+    run_cli("--url", url, "export", "trip", "-o", "trip.json", cwd=tmp_path)
+    result = run_cli("--url", url, "import", "trip.json", "--as", new_id, cwd=tmp_path)
+    assert result.returncode == 2
+    line = one_error_line(result)
+    assert "the chat id of --as" in line and message in line
+
+
 def _export_text(url: str, tmp_path: Path) -> str:
     return run_cli("--url", url, "export", "trip", cwd=tmp_path).stdout
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agentcontext._validate import MAX_ID_LENGTH
+from agentcontext._validate import MAX_ID_LENGTH, check_id
 from agentcontext.cli._common import EXIT_OK, Env, open_store
 from agentcontext.cli._output import count
 from agentcontext.errors import (
@@ -200,6 +200,8 @@ def renamed(export: ChatExport, chat_id: str) -> ChatExport:
 
 async def _import(args: argparse.Namespace, env: Env) -> int:
     where = _where(args.file)
+    if args.as_id is not None:
+        check_id(args.as_id, "the chat id of --as")
     exported = _parse(args.file, _read(args.file))
     if args.as_id is not None:
         exported = renamed(exported, args.as_id)
