@@ -364,8 +364,29 @@ __all__ = [
 ]
 
 
+# Public subpackages and modules, reachable as attributes (`agentcontext.store.Chat`) after a
+# plain `import agentcontext`, as when the package imported them eagerly.
+_MODULES = frozenset(
+    {
+        "engine",
+        "errors",
+        "estimate",
+        "fragments",
+        "lazy",
+        "messages",
+        "renderers",
+        "serialized",
+        "snapshots",
+        "store",
+        "views",
+    }
+)
+
+
 def __getattr__(name: str) -> Any:
-    """Import a public name on first use and cache it in the module."""
+    """Import a public name (or a public submodule) on first use and cache it in the module."""
+    if name in _MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

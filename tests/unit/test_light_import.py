@@ -32,6 +32,12 @@ def test_import_loads_only_the_package_and_its_errors() -> None:
     assert loaded["ours"] == ["agentcontext", "agentcontext.errors"]
 
 
+def test_a_submodule_attribute_works_in_a_fresh_process() -> None:
+    loaded = _loaded_after("import agentcontext; agentcontext.store.SqlContextStore")
+    assert "agentcontext.store.sql" in loaded["ours"]
+    assert loaded["heavy"] == []
+
+
 @pytest.mark.parametrize(
     "statement",
     [
@@ -64,5 +70,9 @@ def test_every_public_name_resolves_lazily_to_its_home() -> None:
         home = agentcontext._LAZY.get(name, "agentcontext.errors")
         assert getattr(importlib.import_module(home), name) is value
     assert set(agentcontext.__all__) <= set(dir(agentcontext))
+    # Submodules stay reachable as attributes after a plain `import agentcontext`.
+    assert agentcontext.store.SqlContextStore is agentcontext.SqlContextStore
+    assert agentcontext.renderers.XmlRenderer is agentcontext.XmlRenderer
+    assert agentcontext.views.visualize_graph is agentcontext.visualize_graph
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = agentcontext.nope  # type: ignore[attr-defined]
