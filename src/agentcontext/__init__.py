@@ -12,15 +12,13 @@ with branches and checkpoints in SQLite or PostgreSQL::
 
 from __future__ import annotations
 
-from agentcontext._compaction import Compaction
-from agentcontext._window import ContextWindow
-from agentcontext.engine import (
-    ContextEngine,
-    InspectFragments,
-    InspectMeta,
-    InspectResult,
-    SaveResult,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# The errors are cheap and needed by every caller; everything else is imported on first use
+# (module `__getattr__`), so `import agentcontext` stays light: SQLAlchemy's dialects, the
+# pydantic models, the price tables, the tokenizer, Alembic and rich load only when a name
+# that needs them is first read.
 from agentcontext.errors import (
     BranchExistsError,
     BranchNotFoundError,
@@ -47,104 +45,215 @@ from agentcontext.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from agentcontext.estimate import (
-    Estimate,
-    FragmentEstimate,
-    MessageEstimate,
-    approximate_tokens,
-    estimate_context,
-    register_model,
-    register_tokenizer,
-)
-from agentcontext.fragments import (
-    ContextFragment,
-    FragmentCodec,
-    FragmentData,
-    alias,
-    analogy,
-    assistant,
-    assistant_text,
-    clarification,
-    correction,
-    example,
-    explain,
-    fragment,
-    glossary,
-    guardrail,
-    hint,
-    identity,
-    is_fragment,
-    is_lazy_fragment,
-    is_message_fragment,
-    last_assistant_message,
-    message,
-    persona,
-    policy,
-    preference,
-    principle,
-    quirk,
-    role,
-    style_guide,
-    term,
-    user,
-    workflow,
-)
-from agentcontext.lazy import LazyResolver, LoadContext
-from agentcontext.messages import (
-    DataPart,
-    FilePart,
-    Message,
-    Part,
-    ReasoningPart,
-    ResolveResult,
-    TextPart,
-    ToolPart,
-)
-from agentcontext.renderers import (
-    ContextRenderer,
-    MarkdownRenderer,
-    TomlRenderer,
-    ToonRenderer,
-    XmlRenderer,
-)
-from agentcontext.serialized import FragmentRegistry, from_fragment, to_fragment
-from agentcontext.snapshots import (
-    ContextItem,
-    ContextItemKind,
-    ContextSnapshot,
-    SelectionStrategy,
-    blob_hash,
-    snapshot_fragment,
-)
-from agentcontext.store import (
-    AppendResult,
-    Branch,
-    BranchInfo,
-    BranchState,
-    ChainRows,
-    Chat,
-    ChatExport,
-    ChatInfo,
-    ChatState,
-    ChatUpdate,
-    Checkpoint,
-    ContextStore,
-    EngineStore,
-    ExportedBlob,
-    Graph,
-    GraphNode,
-    InMemoryContextStore,
-    MessageRecord,
-    ResolveRecord,
-    SearchResult,
-    SqlContextStore,
-    StoreOptions,
-)
-from agentcontext.views import graph_to_mermaid, visualize_graph
+
+if TYPE_CHECKING:
+    from agentcontext._compaction import Compaction
+    from agentcontext._window import ContextWindow
+    from agentcontext.engine import (
+        ContextEngine,
+        InspectFragments,
+        InspectMeta,
+        InspectResult,
+        SaveResult,
+    )
+    from agentcontext.estimate import (
+        Estimate,
+        FragmentEstimate,
+        MessageEstimate,
+        approximate_tokens,
+        estimate_context,
+        register_model,
+        register_tokenizer,
+    )
+    from agentcontext.fragments import (
+        ContextFragment,
+        FragmentCodec,
+        FragmentData,
+        alias,
+        analogy,
+        assistant,
+        assistant_text,
+        clarification,
+        correction,
+        example,
+        explain,
+        fragment,
+        glossary,
+        guardrail,
+        hint,
+        identity,
+        is_fragment,
+        is_lazy_fragment,
+        is_message_fragment,
+        last_assistant_message,
+        message,
+        persona,
+        policy,
+        preference,
+        principle,
+        quirk,
+        role,
+        style_guide,
+        term,
+        user,
+        workflow,
+    )
+    from agentcontext.lazy import LazyResolver, LoadContext
+    from agentcontext.messages import (
+        DataPart,
+        FilePart,
+        Message,
+        Part,
+        ReasoningPart,
+        ResolveResult,
+        TextPart,
+        ToolPart,
+    )
+    from agentcontext.renderers import (
+        ContextRenderer,
+        MarkdownRenderer,
+        TomlRenderer,
+        ToonRenderer,
+        XmlRenderer,
+    )
+    from agentcontext.serialized import FragmentRegistry, from_fragment, to_fragment
+    from agentcontext.snapshots import (
+        ContextItem,
+        ContextItemKind,
+        ContextSnapshot,
+        SelectionStrategy,
+        blob_hash,
+        snapshot_fragment,
+    )
+    from agentcontext.store import (
+        AppendResult,
+        Branch,
+        BranchInfo,
+        BranchState,
+        ChainRows,
+        Chat,
+        ChatExport,
+        ChatInfo,
+        ChatState,
+        ChatUpdate,
+        Checkpoint,
+        ContextStore,
+        EngineStore,
+        ExportedBlob,
+        Graph,
+        GraphNode,
+        InMemoryContextStore,
+        MessageRecord,
+        ResolveRecord,
+        SearchResult,
+        SqlContextStore,
+        StoreOptions,
+    )
+    from agentcontext.views import graph_to_mermaid, visualize_graph
 
 __version__ = "0.1.0"
 
+# Where each lazily imported name lives.
+_LAZY: dict[str, str] = {
+    "ContextEngine": "agentcontext.engine",
+    "InspectFragments": "agentcontext.engine",
+    "InspectMeta": "agentcontext.engine",
+    "InspectResult": "agentcontext.engine",
+    "SaveResult": "agentcontext.engine",
+    "Estimate": "agentcontext.estimate",
+    "FragmentEstimate": "agentcontext.estimate",
+    "MessageEstimate": "agentcontext.estimate",
+    "approximate_tokens": "agentcontext.estimate",
+    "estimate_context": "agentcontext.estimate",
+    "register_model": "agentcontext.estimate",
+    "register_tokenizer": "agentcontext.estimate",
+    "ContextFragment": "agentcontext.fragments",
+    "FragmentCodec": "agentcontext.fragments",
+    "FragmentData": "agentcontext.fragments",
+    "alias": "agentcontext.fragments",
+    "analogy": "agentcontext.fragments",
+    "assistant": "agentcontext.fragments",
+    "assistant_text": "agentcontext.fragments",
+    "clarification": "agentcontext.fragments",
+    "correction": "agentcontext.fragments",
+    "example": "agentcontext.fragments",
+    "explain": "agentcontext.fragments",
+    "fragment": "agentcontext.fragments",
+    "glossary": "agentcontext.fragments",
+    "guardrail": "agentcontext.fragments",
+    "hint": "agentcontext.fragments",
+    "identity": "agentcontext.fragments",
+    "is_fragment": "agentcontext.fragments",
+    "is_lazy_fragment": "agentcontext.fragments",
+    "is_message_fragment": "agentcontext.fragments",
+    "last_assistant_message": "agentcontext.fragments",
+    "message": "agentcontext.fragments",
+    "persona": "agentcontext.fragments",
+    "policy": "agentcontext.fragments",
+    "preference": "agentcontext.fragments",
+    "principle": "agentcontext.fragments",
+    "quirk": "agentcontext.fragments",
+    "role": "agentcontext.fragments",
+    "style_guide": "agentcontext.fragments",
+    "term": "agentcontext.fragments",
+    "user": "agentcontext.fragments",
+    "workflow": "agentcontext.fragments",
+    "LazyResolver": "agentcontext.lazy",
+    "LoadContext": "agentcontext.lazy",
+    "DataPart": "agentcontext.messages",
+    "FilePart": "agentcontext.messages",
+    "Message": "agentcontext.messages",
+    "Part": "agentcontext.messages",
+    "ReasoningPart": "agentcontext.messages",
+    "ResolveResult": "agentcontext.messages",
+    "ContextWindow": "agentcontext._window",
+    "Compaction": "agentcontext._compaction",
+    "TextPart": "agentcontext.messages",
+    "ToolPart": "agentcontext.messages",
+    "ContextRenderer": "agentcontext.renderers",
+    "MarkdownRenderer": "agentcontext.renderers",
+    "TomlRenderer": "agentcontext.renderers",
+    "ToonRenderer": "agentcontext.renderers",
+    "XmlRenderer": "agentcontext.renderers",
+    "FragmentRegistry": "agentcontext.serialized",
+    "from_fragment": "agentcontext.serialized",
+    "to_fragment": "agentcontext.serialized",
+    "ContextItem": "agentcontext.snapshots",
+    "ContextItemKind": "agentcontext.snapshots",
+    "ContextSnapshot": "agentcontext.snapshots",
+    "SelectionStrategy": "agentcontext.snapshots",
+    "blob_hash": "agentcontext.snapshots",
+    "snapshot_fragment": "agentcontext.snapshots",
+    "AppendResult": "agentcontext.store",
+    "Branch": "agentcontext.store",
+    "BranchInfo": "agentcontext.store",
+    "BranchState": "agentcontext.store",
+    "ChainRows": "agentcontext.store",
+    "Chat": "agentcontext.store",
+    "ChatExport": "agentcontext.store",
+    "ChatInfo": "agentcontext.store",
+    "ChatState": "agentcontext.store",
+    "ChatUpdate": "agentcontext.store",
+    "Checkpoint": "agentcontext.store",
+    "ContextStore": "agentcontext.store",
+    "EngineStore": "agentcontext.store",
+    "ExportedBlob": "agentcontext.store",
+    "Graph": "agentcontext.store",
+    "GraphNode": "agentcontext.store",
+    "InMemoryContextStore": "agentcontext.store",
+    "MessageRecord": "agentcontext.store",
+    "ResolveRecord": "agentcontext.store",
+    "SearchResult": "agentcontext.store",
+    "SqlContextStore": "agentcontext.store",
+    "StoreOptions": "agentcontext.store",
+    "graph_to_mermaid": "agentcontext.views",
+    "visualize_graph": "agentcontext.views",
+}
+
 __all__ = [
+    "Compaction",
+    "ContextWindow",
+    "ContextWindowError",
     "AppendResult",
     "Branch",
     "BranchExistsError",
@@ -199,9 +308,6 @@ __all__ = [
     "MessageNotFoundError",
     "MessageRecord",
     "ModelNotFoundError",
-    "ContextWindowError",
-    "ContextWindow",
-    "Compaction",
     "NotFoundError",
     "Part",
     "ReasoningPart",
@@ -264,3 +370,38 @@ __all__ = [
     "visualize_graph",
     "workflow",
 ]
+
+
+# Public subpackages and modules, reachable as attributes (`agentcontext.store.Chat`) after a
+# plain `import agentcontext`, as when the package imported them eagerly.
+_MODULES = frozenset(
+    {
+        "engine",
+        "errors",
+        "estimate",
+        "fragments",
+        "lazy",
+        "messages",
+        "renderers",
+        "serialized",
+        "snapshots",
+        "store",
+        "views",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name (or a public submodule) on first use and cache it in the module."""
+    if name in _MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

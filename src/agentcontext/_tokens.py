@@ -9,7 +9,7 @@ the machine:
    ``<tmp>/data-gym-cache``) already holds the encoding file and its SHA-256 matches, in which
    case tiktoken reads it from there.
 
-Otherwise :func:`approximate_tokens` estimates the count. See ``docs/estimate.md`` for how the
+Otherwise `approximate_tokens` estimates the count. See ``docs/estimate.md`` for how the
 approximation works and how far it is from ``cl100k_base``.
 """
 
@@ -64,7 +64,7 @@ class TokenCounter:
 
 
 def adapt_tokenizer(name: str, tokenizer: Tokenizer) -> TokenCounter:
-    """Wrap a user tokenizer (callable or ``encode()`` object) as a :class:`TokenCounter`."""
+    """Wrap a user tokenizer (callable or ``encode()`` object) as a `TokenCounter`."""
     encode_ordinary = getattr(tokenizer, "encode_ordinary", None)
     if callable(encode_ordinary):
         # tiktoken.Encoding: counting must not fail on text that looks like a special token.
@@ -177,7 +177,7 @@ def encoding_counter(name: str) -> TokenCounter | None:
 
 
 def approximate_counter() -> TokenCounter:
-    """The counter that uses :func:`approximate_tokens`."""
+    """The counter that uses `approximate_tokens`."""
     return TokenCounter(name=APPROXIMATION_NAME, approximate=True, count=approximate_tokens)
 
 

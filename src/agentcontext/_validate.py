@@ -1,7 +1,7 @@
 """Argument checks shared by the store and the engine.
 
 Every public method validates what it is given before it touches the database, so bad input
-raises a :class:`~agentcontext.errors.ContextError` subclass and changes nothing.
+raises a `ContextError` subclass and changes nothing.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def check_unicode(value: object, what: str) -> str:
 
 
 def check_search_text(text: str, what: str) -> None:
-    """Refuse searchable text longer than :data:`MAX_MESSAGE_TEXT_BYTES` (UTF-8)."""
+    """Refuse searchable text longer than `MAX_MESSAGE_TEXT_BYTES` (UTF-8)."""
     if len(text) <= MAX_MESSAGE_TEXT_BYTES // 4:
         return  # at most 4 bytes per character: cannot be too long
     size = len(text.encode("utf-8"))
@@ -103,12 +103,12 @@ def check_id(value: object, what: str) -> str:
 
 
 def check_optional_id(value: object, what: str) -> str | None:
-    """Like :func:`check_id`, but ``None`` is accepted."""
+    """Like `check_id`, but ``None`` is accepted."""
     return None if value is None else check_id(value, what)
 
 
 def check_optional_text(value: object, what: str) -> str | None:
-    """Like :func:`check_text`, but ``None`` is accepted."""
+    """Like `check_text`, but ``None`` is accepted."""
     return None if value is None else check_text(value, what)
 
 
@@ -186,9 +186,9 @@ def check_json(value: object, what: str) -> None:
     """Check that ``value`` can be stored as JSON with one meaning on every backend.
 
     Accepted: str, int, float, bool, None, lists and tuples of these, and dicts with str keys.
-    Refused with :class:`SerializationError`: NaN and infinite floats, non-string keys, NUL
+    Refused with `SerializationError`: NaN and infinite floats, non-string keys, NUL
     characters and lone surrogates in strings or keys, nesting deeper than
-    :data:`MAX_JSON_DEPTH`, a value that contains itself, and any other type.
+    `MAX_JSON_DEPTH`, a value that contains itself, and any other type.
     """
     # Iterative walk: deep input must not hit Python's recursion limit.
     stack: list[tuple[object, str, int]] = [(value, "$", 0)]
@@ -273,7 +273,7 @@ def dumps(value: object) -> str:
 def loads(text: str | bytes) -> Any:
     """Parse stored JSON (the one parser the store uses).
 
-    pydantic-core's parser, which reads what :func:`dumps` wrote back to the same values as
+    pydantic-core's parser, which reads what `dumps` wrote back to the same values as
     the standard library (big integers, floats to the last bit, ``-0.0``) in about half the
     time; documents it declines (nested deeper than about 200 levels) go to the standard
     library.

@@ -75,7 +75,7 @@ message's id, so a retried begin_turn gives the same placeholder)."""
 
 
 class InspectFragments(BaseModel):
-    """The fragments of an :class:`InspectResult`, as JSON-able data."""
+    """The fragments of an `InspectResult`, as JSON-able data."""
 
     context: list[dict[str, Any]]
     """System-prompt fragments (lazy data materialised)."""
@@ -86,7 +86,7 @@ class InspectFragments(BaseModel):
 
 
 class InspectMeta(BaseModel):
-    """Where and when an :class:`InspectResult` was taken."""
+    """Where and when an `InspectResult` was taken."""
 
     chat_id: str
     branch: str

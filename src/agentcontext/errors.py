@@ -1,6 +1,6 @@
 """The exceptions agentcontext raises.
 
-Every error the library raises derives from :class:`ContextError`, so one ``except ContextError``
+Every error the library raises derives from `ContextError`, so one ``except ContextError``
 catches them all. Errors about bad arguments also derive from the matching built-in
 (``ValueError`` or ``TypeError``), so code that already catches those keeps working.
 No raw driver exception (sqlite3, asyncpg, SQLAlchemy) escapes a public method for a condition

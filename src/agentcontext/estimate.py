@@ -1,16 +1,16 @@
 """Offline token, cost and context-limit estimates for a prompt.
 
-:func:`estimate_context` counts the tokens of a system prompt, of each of its fragments and of
+`estimate_context` counts the tokens of a system prompt, of each of its fragments and of
 each message, and prices the total for a model:
 
 - **Prices and context limits** come from the ``genai-prices`` package's bundled data (read
   offline; never downloaded at run time) unless the model was registered with
-  :func:`register_model`, which takes precedence.
+  `register_model`, which takes precedence.
 - **Tokens** come from a tiktoken encoding when its data is already on the machine
   (``o200k_base`` for OpenAI's current models, ``cl100k_base`` for older OpenAI models and as
   the proxy for every other provider), from a tokenizer registered with
-  :func:`register_tokenizer`, or else from a documented approximation
-  (:func:`approximate_tokens`), in which case ``Estimate.approximate`` is ``True``.
+  `register_tokenizer`, or else from a documented approximation
+  (`approximate_tokens`), in which case ``Estimate.approximate`` is ``True``.
 
 Nothing here makes a network call.
 """
@@ -153,7 +153,7 @@ def register_tokenizer(name_or_model: str, tokenizer: Tokenizer) -> None:
 
 
 def unregister_tokenizer(name_or_model: str) -> bool:
-    """Remove a tokenizer registered with :func:`register_tokenizer`; ``True`` if one was."""
+    """Remove a tokenizer registered with `register_tokenizer`; ``True`` if one was."""
     key = _models_catalog._normalise(name_or_model, "name_or_model")
     removed = _tokenizers.pop(key, None) is not None
     _forget_counts()
@@ -169,7 +169,7 @@ def register_model(
     provider: str | None = None,
     tokenizer: str | Tokenizer | None = None,
 ) -> None:
-    """Register a model's context window, prices and tokenizer for :func:`estimate_context`.
+    """Register a model's context window, prices and tokenizer for `estimate_context`.
 
     Registered models take precedence over the genai-prices data, so this also overrides a
     known model (a fine-tune, a self-hosted deployment, a negotiated price).
@@ -183,7 +183,7 @@ def register_model(
         output_price_per_mtok: USD per million output tokens (kept for reference).
         provider: The provider's name, reported in the estimate.
         tokenizer: A tokenizer (callable ``str -> int`` or object with ``encode``), or a name:
-            one given to :func:`register_tokenizer`, or a tiktoken encoding such as
+            one given to `register_tokenizer`, or a tiktoken encoding such as
             ``"o200k_base"`` (used only if available offline). ``None``: the default choice.
 
     Raises:
@@ -201,7 +201,7 @@ def register_model(
 
 
 def unregister_model(model_id: str) -> bool:
-    """Remove a model registered with :func:`register_model`; ``True`` if one was."""
+    """Remove a model registered with `register_model`; ``True`` if one was."""
     _forget_counts()
     return _models_catalog.unregister(model_id)
 
@@ -377,7 +377,7 @@ def estimate_context(
     Args:
         model_id: ``"gpt-4o"``, ``"openai:gpt-4o"``, ``"openai/gpt-4o"``,
             ``"anthropic:claude-sonnet-4-5"``, or a model registered with
-            :func:`register_model`.
+            `register_model`.
         system_prompt: The rendered system prompt, as sent.
         fragments: ``(fragment name, that fragment rendered on its own)`` pairs, for the
             per-fragment breakdown.
@@ -392,7 +392,7 @@ def estimate_context(
     Tokens are counted with, in order of preference: a tokenizer registered for the model,
     the model's registered tokenizer, the model family's tiktoken encoding (``o200k_base``
     or ``cl100k_base``) or ``cl100k_base`` if available offline, and otherwise
-    :func:`approximate_tokens`, a heuristic calibrated on ``cl100k_base``: on the mixed corpus
+    `approximate_tokens`, a heuristic calibrated on ``cl100k_base``: on the mixed corpus
     of ``benchmarks/bench_tokens.py`` (English prose, code, JSON, XML, Markdown, numbers,
     identifiers, emoji, and 13 other languages in 10 scripts) its mean absolute error per
     sample is 6.9 % and its worst 43.8 % (short Chinese text; every other sample is within
@@ -403,7 +403,7 @@ def estimate_context(
     ``REPLY_PRIMING_TOKENS`` (OpenAI's chat format; other providers are close).
 
     Returns:
-        The :class:`Estimate`.
+        The `Estimate`.
 
     Raises:
         ModelNotFoundError: the model is neither registered nor in genai-prices' data; the

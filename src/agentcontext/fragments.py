@@ -1,9 +1,9 @@
 """Context fragments: the building blocks of a system prompt and of a conversation.
 
-A :class:`ContextFragment` is a named piece of data. Fragments that are not messages form the
+A `ContextFragment` is a named piece of data. Fragments that are not messages form the
 system prompt (a renderer turns them into XML, Markdown, TOML or TOON); message fragments
 (``type="message"``) are the conversation and carry a codec that gives back a
-:class:`~agentcontext.messages.Message`.
+`Message`.
 
 The builders return ready-made fragments::
 
@@ -14,7 +14,7 @@ The builders return ready-made fragments::
     fragment("database", hint("PostgreSQL 15"), hint("Tables: users, orders"))
     user("Hello!")                                   # a message fragment
 
-Fragments are immutable (frozen dataclasses); use :func:`dataclasses.replace` to change one.
+Fragments are immutable (frozen dataclasses); use `dataclasses.replace` to change one.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class FragmentCodec(Protocol):
 
     ``encode()`` returns the JSON-able value that is stored; ``decode()`` returns the value
     used for rendering (non-message fragments) or given to the model (message fragments: a
-    :class:`~agentcontext.messages.Message`). A renderer always renders ``decode()``, never
+    `Message`). A renderer always renders ``decode()``, never
     the fragment's ``data``.
     """
 
@@ -101,7 +101,7 @@ class ContextFragment:
     Attributes:
         name: The fragment's name; renderers use it as tag, heading or key. For message
             fragments it is the role (``"user"``, ``"assistant"``, ``"system"``).
-        data: The content (see :data:`FragmentData`); ``None`` for message fragments, whose
+        data: The content (see `FragmentData`); ``None`` for message fragments, whose
             content comes from their codec.
         id: An identifier; message fragments carry their message id, other fragments usually
             have none.
@@ -140,7 +140,7 @@ class ContextFragment:
 
 LazyValue: TypeAlias = Callable[..., Any] | Awaitable[Any] | AsyncIterable[Any] | Iterable[Any]
 """A value materialised by the engine before rendering: an async or sync callable (called
-with a :class:`~agentcontext.lazy.LoadContext` when it takes one argument), an awaitable, a
+with a `LoadContext` when it takes one argument), an awaitable, a
 sync or async generator, or another iterable (a set becomes a list, a mapping a dict)."""
 
 FragmentData: TypeAlias = Union[  # noqa: UP007 (forward references need typing.Union)
@@ -155,7 +155,7 @@ FragmentData: TypeAlias = Union[  # noqa: UP007 (forward references need typing.
     None,
 ]
 """What a fragment may hold: a primitive, a nested fragment, a list or a str-keyed dict of
-these, or a lazy value (see :mod:`agentcontext.lazy`)."""
+these, or a lazy value (see `agentcontext.lazy`)."""
 
 
 MAX_FRAGMENT_DEPTH = 200
@@ -166,7 +166,7 @@ MAX_FRAGMENT_DEPTH = 200
 
 
 def is_fragment(value: object) -> bool:
-    """Return whether ``value`` is a :class:`ContextFragment`."""
+    """Return whether ``value`` is a `ContextFragment`."""
     return isinstance(value, ContextFragment)
 
 
@@ -178,15 +178,15 @@ def is_message_fragment(value: object) -> bool:
 def is_lazy_fragment(value: object) -> bool:
     """Return whether ``value`` is a message fragment whose id is resolved later.
 
-    Such fragments come from :func:`last_assistant_message`; the engine resolves them
-    (:func:`resolve_lazy_message`) at save and resolve time.
+    Such fragments come from `last_assistant_message`; the engine resolves them
+    (`resolve_lazy_message`) at save and resolve time.
     """
     return isinstance(value, ContextFragment) and isinstance(value.codec, _LastAssistantCodec)
 
 
 def check_fragment_data(fragment: ContextFragment, what: str) -> None:
     """Refuse fragment data that no renderer can show: nested deeper than
-    :data:`MAX_FRAGMENT_DEPTH` levels (fragments, lists and dicts), or containing itself.
+    `MAX_FRAGMENT_DEPTH` levels (fragments, lists and dicts), or containing itself.
 
     The walk is iterative, so any depth is refused cleanly. Lazy values, message fragments and
     fragments with a codec are not entered (they are materialised or decoded later).
@@ -394,7 +394,7 @@ def glossary(entries: Mapping[str, str]) -> ContextFragment:
 def principle(
     title: str, description: str, *, policies: Sequence[FragmentData] | None = None
 ) -> ContextFragment:
-    """A guiding principle with optional policies (strings or :func:`policy` fragments).
+    """A guiding principle with optional policies (strings or `policy` fragments).
 
     Data: ``{"title", "description", "policies"?: [...]}``.
     """
@@ -477,7 +477,7 @@ class MessageCodec:
     """The codec of a message fragment.
 
     ``encode()`` returns ``message.model_dump(mode="json", exclude_none=True)`` (the stored
-    JSON); ``decode()`` returns the :class:`~agentcontext.messages.Message` itself.
+    JSON); ``decode()`` returns the `Message` itself.
     """
 
     __slots__ = ("_message",)
@@ -513,7 +513,7 @@ class MessageCodec:
 
 
 class _LastAssistantCodec:
-    """Placeholder codec of :func:`last_assistant_message`; the engine resolves it."""
+    """Placeholder codec of `last_assistant_message`; the engine resolves it."""
 
     __slots__ = ("text",)
 
@@ -637,13 +637,13 @@ def last_assistant_message(text: str) -> ContextFragment:
 
 
 def message_of(fragment: ContextFragment) -> Message:
-    """The :class:`~agentcontext.messages.Message` of a (non-lazy) message fragment.
+    """The `Message` of a (non-lazy) message fragment.
 
     A codec that decodes to a dict in the message shape is validated into a ``Message``.
 
     Raises:
         InvalidInputError: ``fragment`` is not a message fragment, or is a lazy one
-            (resolve it with :func:`resolve_lazy_message` first).
+            (resolve it with `resolve_lazy_message` first).
         InvalidTypeError: its codec does not decode to a message.
     """
     if not is_message_fragment(fragment):
@@ -677,9 +677,9 @@ def with_message_id(fragment: ContextFragment, new_id: str) -> ContextFragment:
 def resolve_lazy_message(
     fragment: ContextFragment, *, last_assistant_id: str | None
 ) -> ContextFragment:
-    """Resolve a :func:`last_assistant_message` fragment.
+    """Resolve a `last_assistant_message` fragment.
 
-    Returns an :func:`assistant_text` fragment with id ``last_assistant_id``, or a fresh id
+    Returns an `assistant_text` fragment with id ``last_assistant_id``, or a fresh id
     when it is None. A fragment that is not lazy is returned unchanged.
     """
     codec = fragment.codec

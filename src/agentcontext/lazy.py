@@ -2,7 +2,7 @@
 
 A fragment's data, or any value nested in it, may be *lazy*:
 
-* an async callable or a sync callable (called with a :class:`LoadContext` when it accepts
+* an async callable or a sync callable (called with a `LoadContext` when it accepts
   one positional argument, with no argument otherwise; its result is materialised in turn);
 * an awaitable (a coroutine, a task, a future);
 * a sync or async generator (its items are collected into a list);
@@ -18,13 +18,13 @@ Example::
 
     context.set(fragment("tickets", open_tickets), hint(lambda: f"Today is {date.today()}"))
 
-:class:`LazyResolver` is the step the engine runs before rendering, estimating or
+`LazyResolver` is the step the engine runs before rendering, estimating or
 inspecting. It materialises all lazy values concurrently (``asyncio.gather``), each lazy
 object **once** per resolver (memoised by identity, also when two ``materialize()`` calls run
 at the same time: one load, both await it), and resolves lazy values nested in what a lazy
 value returned. It bounds the chain of lazy values (``max_depth``) and the items a generator
 or iterable may yield (``max_items``). A failure raises
-:class:`~agentcontext.errors.FragmentLoadError` naming the fragment path (``parent.child``)
+`FragmentLoadError` naming the fragment path (``parent.child``)
 with the original exception as ``__cause__``; a failed load is not memoised, so the next
 ``materialize()`` tries again.
 
@@ -54,7 +54,7 @@ class LoadContext:
 
     Attributes:
         engine: The engine that is resolving (a ``ContextEngine``), or whatever the caller
-            of :meth:`LazyResolver.materialize` passed.
+            of `LazyResolver.materialize` passed.
         path: The path of the fragment being loaded, such as ``"database.tables"``.
     """
 

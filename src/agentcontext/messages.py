@@ -1,10 +1,10 @@
 """Conversation messages: a parts-based model in the shape of the Vercel AI SDK's ``UIMessage``.
 
-A :class:`Message` has an ``id``, a ``role`` and a list of typed parts. The parts are
+A `Message` has an ``id``, a ``role`` and a list of typed parts. The parts are
 discriminated by their ``type`` field, so a stored message (``message.model_dump(mode="json")``)
 validates back into the same classes with ``Message.model_validate(data)``.
 
-:class:`ResolveResult` is what ``ContextEngine.resolve()`` returns: the rendered system prompt
+`ResolveResult` is what ``ContextEngine.resolve()`` returns: the rendered system prompt
 and the conversation, with adapters to the request shapes of the official OpenAI and Anthropic
 SDKs (see the `agentcontext.adapters` package for every mapping rule).
 

@@ -1,7 +1,7 @@
 """Serialized fragments: every built-in fragment as a plain JSON-able dict, and back.
 
-:func:`from_fragment` turns a fragment into ``{"type": <name>, ...fields}`` and
-:func:`to_fragment` turns such a dict back into the fragment, exactly::
+`from_fragment` turns a fragment into ``{"type": <name>, ...fields}`` and
+`to_fragment` turns such a dict back into the fragment, exactly::
 
     from_fragment(term("NPL", "non-performing loan"))
     # {"type": "term", "name": "NPL", "definition": "non-performing loan"}
@@ -41,7 +41,7 @@ wrapped as ``{"type": "$object", "value": {...}}`` so that it is not mistaken fo
 Any fragment that matches no built-in shape exactly (a builder's output changed by hand, a
 fragment with an id or metadata, a custom name) is serialized as the generic ``fragment``
 type, so every non-message fragment with JSON-able data round-trips exactly. Custom types
-are added with a :class:`FragmentRegistry`. Message fragments are refused: they are stored by
+are added with a `FragmentRegistry`. Message fragments are refused: they are stored by
 the engine (``ContextEngine.save()``), and a message serializes with ``Message.model_dump()``.
 """
 

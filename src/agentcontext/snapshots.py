@@ -55,7 +55,7 @@ class ContextItemKind(StrEnum):
 class SelectionStrategy(StrEnum):
     """How the items were chosen: by a person or rule (explicit) or by a ranking (heuristic).
 
-    With a token budget, :func:`~agentcontext.snapshot_fragment` drops heuristic items before
+    With a token budget, `snapshot_fragment` drops heuristic items before
     explicit ones.
     """
 
@@ -111,7 +111,7 @@ class ContextSnapshot(BaseModel):
     Build it with the ``add_*`` helpers (they keep the content in memory until the snapshot
     is stored). Once stored it carries ``id``, ``chat_id``, ``message_id`` (the head it was
     attached to) and ``created_at``, and it is frozen: adding to it raises
-    :class:`~agentcontext.SnapshotError`.
+    `SnapshotError`.
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -323,7 +323,7 @@ def snapshot_fragment(
         budget: At most this many tokens of item text; items are dropped to fit, heuristic
             ones before explicit ones, the last ones first.
         count_tokens: How to count tokens for the budget (default:
-            :func:`agentcontext.approximate_tokens`).
+            `agentcontext.approximate_tokens`).
         name: The fragment's name (its tag in XML).
 
     When ``content="full"`` and the snapshot does not hold its contents in memory (a stored

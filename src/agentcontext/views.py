@@ -1,11 +1,11 @@
 """Text views of a chat's conversation graph.
 
-Two pure functions turn a :class:`~agentcontext.store.records.Graph` (as returned by
+Two pure functions turn a `Graph` (as returned by
 ``store.get_graph(chat_id)``) into text:
 
-- :func:`visualize_graph` draws the ASCII tree of the original package: one line per message,
+- `visualize_graph` draws the ASCII tree of the original package: one line per message,
   branch heads after ``<-`` with the active branch marked ``*``, checkpoints in braces.
-- :func:`graph_to_mermaid` writes a Mermaid ``flowchart`` in which every label is escaped, so
+- `graph_to_mermaid` writes a Mermaid ``flowchart`` in which every label is escaped, so
   no message text, branch name or checkpoint name can change the structure of the chart.
 
 Both are deterministic: the same graph always gives the same text. Both walk the graph
@@ -195,7 +195,7 @@ def graph_to_mermaid(graph: Graph) -> str:
       has no arrow);
     - each checkpoint is a hexagon ``cK{{"name"}}`` with a dotted arrow to its message.
 
-    Node ids are ``n0, n1, …`` for messages (in the drawing order of :func:`visualize_graph`),
+    Node ids are ``n0, n1, …`` for messages (in the drawing order of `visualize_graph`),
     ``b0, …`` for branches and ``c0, …`` for checkpoints, so no message id reaches the chart.
     Every label is double-quoted and every character outside ``[A-Za-z0-9]`` and
     `` .,!?-_'+/=@`` (every non-ASCII character too) is written as a Mermaid entity code

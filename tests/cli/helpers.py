@@ -1,10 +1,19 @@
-"""Running the command line as a subprocess, and building data for it with the Python API."""
+"""Running the command line (in-process or as a subprocess), and building data for it with the
+Python API.
+
+`run_cli` calls `main(argv)` in this process, with the working directory, environment and
+standard streams of a fresh process, so most tests cost no interpreter start-up;
+`run_cli_subprocess` runs `python -m agentcontext` for the few tests where a real process
+proves more (entry point, pipes, terminals, exit on signals).
+"""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -25,7 +34,59 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+_IN_PROCESS = threading.Lock()
+
+
 def run_cli(
+    *args: str,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    stdin: str | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """``main(ARGS)`` in this process as if run in ``cwd`` with ``env``, output captured.
+
+    It runs in a thread of its own (so it works from async tests too: `main` starts its own
+    event loop), with the working directory, the environment and the standard streams
+    swapped for the call and restored after.
+    """
+    from agentcontext.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    result: list[int] = []
+    failure: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            result.append(main(list(args)))
+        except BaseException as exc:  # surfaced in the test below
+            failure.append(exc)
+
+    with _IN_PROCESS:
+        saved_env, saved_cwd = dict(os.environ), os.getcwd()
+        saved_streams = sys.stdin, sys.stdout, sys.stderr
+        os.environ.clear()
+        os.environ.update(clean_env(env))
+        os.chdir(cwd)
+        sys.stdin, sys.stdout, sys.stderr = io.StringIO(stdin or ""), out, err
+        try:
+            worker = threading.Thread(target=call, name="agentcontext-cli")
+            worker.start()
+            worker.join(timeout)
+            assert not worker.is_alive(), f"agentcontext {' '.join(args)} did not finish"
+        finally:
+            sys.stdin, sys.stdout, sys.stderr = saved_streams
+            os.chdir(saved_cwd)
+            os.environ.clear()
+            os.environ.update(saved_env)
+    if failure:
+        raise failure[0]
+    return subprocess.CompletedProcess(
+        ["agentcontext", *args], result[0], out.getvalue(), err.getvalue()
+    )
+
+
+def run_cli_subprocess(
     *args: str,
     cwd: Path,
     env: Mapping[str, str] | None = None,

@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 from agentcontext import SqlContextStore
-from tests.cli.helpers import ANSI, run_cli, sqlite_url
+from tests.cli.helpers import ANSI, run_cli, run_cli_subprocess, sqlite_url
 from tests.conftest import fresh_pg_database
 
 FORMATS = ("XML", "Markdown", "TOML", "TOON")
@@ -41,7 +41,7 @@ async def _stored(url: str) -> tuple[int, list[str], list[str], str | None, str]
 
 def test_demo_prints_tree_formats_and_estimate(tmp_path: Path) -> None:
     started = time.monotonic()
-    result = run_cli("demo", cwd=tmp_path)
+    result = run_cli_subprocess("demo", cwd=tmp_path)  # the real entry point, in a process
     elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""

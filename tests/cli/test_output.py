@@ -21,6 +21,7 @@ from tests.cli.helpers import (
     clean_env,
     one_error_line,
     run_cli,
+    run_cli_subprocess,
     sqlite_url,
 )
 
@@ -73,7 +74,7 @@ def test_password_from_the_environment_is_hidden_too(tmp_path: Path) -> None:
     for args in (["chats"], ["--help"], ["chats", "--help"]):
         result = run_cli(*args, cwd=tmp_path, env=env)
         assert "secret" not in result.stdout + result.stderr
-    result = run_cli("chats", cwd=tmp_path, env=env)
+    result = run_cli_subprocess("chats", cwd=tmp_path, env=env)  # from a real environment
     assert result.returncode == 5 and SHOWN_URL in result.stderr
 
 

@@ -16,7 +16,13 @@ from agentcontext import (
     assistant,
     user,
 )
-from tests.cli.helpers import build_branched_chat, one_error_line, run_cli, sqlite_url
+from tests.cli.helpers import (
+    build_branched_chat,
+    one_error_line,
+    run_cli,
+    run_cli_subprocess,
+    sqlite_url,
+)
 from tests.conftest import fresh_pg_database
 
 
@@ -84,7 +90,8 @@ def test_round_trip_sqlite_postgres_sqlite(tmp_path: Path) -> None:
         assert from_pg == text
 
     second = sqlite_url(tmp_path / "second.db")
-    back = run_cli("--url", second, "import", "-", cwd=tmp_path, stdin=from_pg)
+    # A real process reading a real pipe.
+    back = run_cli_subprocess("--url", second, "import", "-", cwd=tmp_path, stdin=from_pg)
     assert back.returncode == 0, back.stderr
     assert asyncio.run(_export(second)) == original
     assert run_cli("--url", second, "export", "trip", cwd=tmp_path).stdout == text

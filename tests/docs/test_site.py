@@ -9,11 +9,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
+# reST roles that Markdown renders as raw text (":meth:`ContextEngine.save`").
+REST_ROLE = re.compile(r":(?:py:)?(?:meth|class|func|attr|exc|data|mod|obj|const|ref):(?:`|<code>)")
 
-def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
-    site = tmp_path / "site"
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site built once with ``mkdocs build --strict``."""
+    site = tmp_path_factory.mktemp("docs") / "site"
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
         cwd=ROOT,
@@ -22,12 +29,41 @@ def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-4000:]
+    return site
+
+
+def test_the_docs_site_builds_strictly(site: Path) -> None:
     built = {p.relative_to(site).as_posix() for p in site.rglob("index.html")}
     for page in ("benchmarks/index.html", "reliability/index.html", "reference/engine/index.html"):
         assert page in built
     # The API reference is generated from docstrings, not left empty.
     engine_page = (site / "reference/engine/index.html").read_text(encoding="utf-8")
     assert "ContextEngine" in engine_page and "resolve" in engine_page
+
+
+def test_no_page_shows_a_raw_rest_role(site: Path) -> None:
+    """Docstrings use one style (Markdown backticks): no reST role is left in the HTML."""
+    leftovers = {}
+    for page in sorted(site.rglob("*.html")):
+        found = REST_ROLE.findall(page.read_text(encoding="utf-8"))
+        if found:
+            leftovers[page.relative_to(site).as_posix()] = len(found)
+    assert leftovers == {}
+    # The check itself finds a role where there is one.
+    assert REST_ROLE.search("see :meth:`ContextEngine.save`")
+    assert REST_ROLE.search("<p>see :class:<code>Chat</code></p>")
+
+
+def test_the_production_page_covers_operations(site: Path) -> None:
+    html = (site / "production/index.html").read_text(encoding="utf-8")
+    for topic in (
+        "pool_size",
+        "PgBouncer",
+        "agentcontext migrate upgrade",
+        "OpenTelemetry",
+        "prune",
+    ):
+        assert topic in html, topic
 
 
 def test_every_docs_page_is_in_the_navigation() -> None:

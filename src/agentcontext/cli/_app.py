@@ -12,7 +12,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from agentcontext import __version__
-from agentcontext.cli import _browse, _demo, _migrate, _serve, _transfer
+from agentcontext.cli import _branches, _browse, _demo, _migrate, _retention, _serve, _transfer
 from agentcontext.cli._common import (
     DEFAULT_URL,
     ENV_VAR,
@@ -37,8 +37,9 @@ EXIT_CODES = f"""\
 exit codes:
   {EXIT_OK}    success
   {EXIT_ERROR}    any other error (for example, the chat id of an import is taken)
-  {EXIT_USAGE}    usage error or invalid input (bad option, URL, file or revision)
-  {EXIT_NOT_FOUND}    not found (chat, file)
+  {EXIT_USAGE}    usage error or invalid input (bad option, URL, revision, duration, or a
+       file that is not a valid chat export)
+  {EXIT_NOT_FOUND}    not found (chat, branch, file)
   {EXIT_OUTDATED}    database schema missing or outdated (the message gives the command to run)
   {EXIT_UNAVAILABLE}    database unreachable
   {EXIT_INTERRUPTED}  interrupted
@@ -48,12 +49,15 @@ EPILOG = f"""\
 database URL:
   --url (before or after the command), else ${ENV_VAR},
   else {DEFAULT_URL} (a file in the current directory).
-  Reading commands never create or migrate a database; import and demo migrate it.
+  Reading commands, delete and prune never create or migrate a database; import and
+  demo migrate it. A command that fails removes the SQLite file it created.
   Passwords in URLs are never printed.
 
 output:
-  Tables, colours and trees on a terminal; plain text when stdout is not a terminal
-  (tables become tab-separated lines with a header line).
+  Tables, colours and trees on a terminal (with the cli extra: pip install
+  'agentcontext[cli]'); plain text when stdout is not a terminal (tables become
+  tab-separated lines with a header line). --json on chats, branches, show, search and
+  prune prints JSON with full ids.
 
 {EXIT_CODES}"""
 
@@ -73,8 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every command."""
     parser = argparse.ArgumentParser(
         prog="agentcontext",
-        description="Inspect and manage agentcontext databases: chats, message graphs, "
-        "search, export and import, and schema migrations.",
+        description="Inspect and manage agentcontext databases: chats, message graphs and "
+        "transcripts, search, export and import, deletion and retention, and schema "
+        "migrations.",
         epilog=EPILOG,
         formatter_class=_Formatter,
     )
@@ -84,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     _demo.register(commands)
     _migrate.register(commands)
     _browse.register(commands)
+    _branches.register(commands)
     _transfer.register(commands)
+    _retention.register(commands)
     _serve.register(commands)
     for sub in commands.choices.values():
         _finish(sub)

@@ -1,4 +1,4 @@
-"""Reading commands: ``chats``, ``show``, ``search`` and ``mermaid``."""
+"""Reading commands: `chats`, `show`, `search` and `mermaid`."""
 
 from __future__ import annotations
 
@@ -9,11 +9,20 @@ from typing import Any
 
 from agentcontext.cli._common import EXIT_OK, Env, open_store
 from agentcontext.cli._output import count
+from agentcontext.cli._transcript import load_transcript, print_transcript
 from agentcontext.errors import ChatNotFoundError, InvalidInputError
 from agentcontext.store import Chat, SqlContextStore
 from agentcontext.views import graph_to_mermaid, visualize_graph
 
-__all__ = ["meta_filter", "non_negative", "positive", "register"]
+__all__ = [
+    "add_json",
+    "meta_filter",
+    "non_negative",
+    "positive",
+    "register",
+    "require_chat",
+    "when",
+]
 
 _INT = re.compile(r"[+-]?\d+")
 ROLES = ("system", "user", "assistant")
@@ -52,6 +61,15 @@ def positive(text: str) -> int:
     return number
 
 
+def add_json(parser: argparse.ArgumentParser) -> None:
+    """Add `--json`: print the result as JSON with full ids and every field."""
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON (full ids, every field) instead of a table, for programs",
+    )
+
+
 def register(commands: Any) -> None:
     """Add ``chats``, ``show``, ``search`` and ``mermaid`` to the command parsers."""
     chats = commands.add_parser(
@@ -72,15 +90,30 @@ def register(commands: Any) -> None:
     )
     chats.add_argument("--limit", type=non_negative, metavar="N", help="at most N chats")
     chats.add_argument("--offset", type=non_negative, default=0, metavar="N", help="skip N")
+    add_json(chats)
     chats.set_defaults(handler=_chats)
 
     show = commands.add_parser(
         "show",
-        help="show a chat's message graph as a tree, with branches and checkpoints",
+        help="show a chat's message graph as a tree, or one branch as a transcript",
         description="Show a chat: its message graph as a tree (the active branch marked *, "
-        "checkpoints in braces), then its branches and checkpoints.",
+        "checkpoints in braces), then its branches and checkpoints. With --branch or --full, "
+        "show one branch as a transcript instead, oldest message first: tool calls with their "
+        "input and output, text inserted by reminders wrapped in [reminder]...[/reminder], "
+        "and compaction summaries after the last message they fold.",
     )
     show.add_argument("chat", metavar="CHAT", help="the chat id")
+    show.add_argument(
+        "--branch",
+        metavar="BRANCH",
+        help="show this branch as a transcript (with --full alone: the active branch)",
+    )
+    show.add_argument(
+        "--full",
+        action="store_true",
+        help="the transcript with whole texts (default: one shortened line per part)",
+    )
+    add_json(show)
     show.set_defaults(handler=_show)
 
     search = commands.add_parser(
@@ -103,6 +136,7 @@ def register(commands: Any) -> None:
     search.add_argument(
         "--limit", type=positive, default=20, metavar="N", help="at most N hits (default 20)"
     )
+    add_json(search)
     search.set_defaults(handler=_search)
 
     mermaid = commands.add_parser(
@@ -115,13 +149,14 @@ def register(commands: Any) -> None:
     mermaid.set_defaults(handler=_mermaid)
 
 
-def _when(value: datetime, rich: bool) -> str:
+def when(value: datetime, rich: bool) -> str:
+    """A timestamp: readable on a terminal, ISO 8601 when piped."""
     if rich:
         return value.strftime("%Y-%m-%d %H:%M:%S UTC")
     return value.isoformat()
 
 
-async def _require_chat(store: SqlContextStore, chat_id: str) -> Chat:
+async def require_chat(store: SqlContextStore, chat_id: str) -> Chat:
     chat = await store.get_chat(chat_id)
     if chat is None:
         raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
@@ -136,24 +171,37 @@ async def _chats(args: argparse.Namespace, env: Env) -> int:
             limit=args.limit,
             offset=args.offset,
         )
+    if args.json:
+        env.out.json([chat.model_dump(mode="json") for chat in chats])
+        return EXIT_OK
     columns = ["id", "title", "messages", "branches", "last activity"]
     if args.user is None:
         columns.insert(1, "user")
     rows = []
     for chat in chats:
         row = [chat.id, chat.title or "", str(chat.message_count), str(chat.branch_count)]
-        row.append(_when(chat.updated_at, env.out.rich))
+        row.append(when(chat.updated_at, env.out.rich))
         if args.user is None:
             row.insert(1, chat.user_id)
         rows.append(row)
-    env.out.table(columns, rows, numeric=("messages", "branches"))
+    env.out.table(columns, rows, numeric=("messages", "branches"), whole=("id", "user"))
     return EXIT_OK
 
 
 async def _show(args: argparse.Namespace, env: Env) -> int:
     async with open_store(env) as store:
-        chat = await _require_chat(store, args.chat)
+        chat = await require_chat(store, args.chat)
+        if args.branch is not None or args.full:
+            transcript = await load_transcript(store, chat, args.branch)
+            if args.json:
+                env.out.json(transcript.to_json())
+            else:
+                print_transcript(env.out, transcript, full=args.full)
+            return EXIT_OK
         graph = await store.get_graph(args.chat)
+    if args.json:
+        env.out.json({"chat": chat.model_dump(mode="json"), **graph.model_dump(mode="json")})
+        return EXIT_OK
     out = env.out
     title = f" · {chat.title}" if chat.title else ""
     counts = (
@@ -173,19 +221,21 @@ async def _show(args: argparse.Namespace, env: Env) -> int:
                 "*" if branch.is_active else "",
                 branch.head_message_id or "",
                 str(branch.message_count),
-                _when(branch.created_at, out.rich),
+                when(branch.created_at, out.rich),
             ]
             for branch in graph.branches
         ],
         numeric=("messages",),
+        whole=("branch", "head"),
     )
     out.heading("Checkpoints")
     out.table(
         ["checkpoint", "message", "created"],
         [
-            [point.name, point.message_id, _when(point.created_at, out.rich)]
+            [point.name, point.message_id, when(point.created_at, out.rich)]
             for point in graph.checkpoints
         ],
+        whole=("checkpoint", "message"),
     )
     return EXIT_OK
 
@@ -201,18 +251,30 @@ async def _search(args: argparse.Namespace, env: Env) -> int:
                 args.user, args.query, roles=args.role, limit=args.limit
             )
         else:
-            chat = await _require_chat(store, args.chat)
+            chat = await require_chat(store, args.chat)
             if args.user is not None and chat.user_id != args.user:
                 raise ChatNotFoundError(f"user {args.user!r} has no chat {args.chat!r}")
             hits = await store.search_messages(
                 args.chat, args.query, roles=args.role, limit=args.limit
             )
+    if args.json:
+        env.out.json(
+            [
+                {
+                    "chat_id": hit.chat_id,
+                    **hit.model_dump(mode="json", exclude={"message"}),
+                    "message": hit.message.model_dump(mode="json"),
+                }
+                for hit in hits
+            ]
+        )
+        return EXIT_OK
     columns = ["chat", "message", "role", "rank", "snippet"]
     rows = [
         [hit.chat_id, hit.message.id, hit.message.name, f"{hit.rank:.4g}", hit.snippet]
         for hit in hits
     ]
-    env.out.table(columns, rows, numeric=("rank",))
+    env.out.table(columns, rows, numeric=("rank",), whole=("chat", "message"))
     if env.out.rich:
         env.out.line(count(len(rows), "match"), style="dim")
     return EXIT_OK
@@ -220,7 +282,7 @@ async def _search(args: argparse.Namespace, env: Env) -> int:
 
 async def _mermaid(args: argparse.Namespace, env: Env) -> int:
     async with open_store(env) as store:
-        await _require_chat(store, args.chat)
+        await require_chat(store, args.chat)
         graph = await store.get_graph(args.chat)
     env.out.raw(graph_to_mermaid(graph) + "\n")
     return EXIT_OK

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ __all__ = [
     "Handler",
     "exit_code",
     "hidden_url",
+    "new_file_removed_on_error",
     "open_store",
     "parse_url",
     "sqlite_file",
@@ -133,21 +134,50 @@ class Env:
 
 Handler = Callable[[argparse.Namespace, Env], Coroutine[Any, Any, int]]
 
+_SIDECARS = ("", "-journal", "-wal", "-shm")
+
+
+@contextmanager
+def new_file_removed_on_error(url: str) -> Iterator[None]:
+    """Remove the SQLite file (and its journal files) a failed command created.
+
+    A command that fails must not leave a new, empty or half-migrated database behind; a file
+    that existed before the command is never touched.
+    """
+    path = sqlite_file(url)
+    if path is None or path.exists():
+        yield
+        return
+    try:
+        yield
+    except BaseException:
+        for suffix in _SIDECARS:
+            leftover = path.with_name(path.name + suffix)
+            with suppress(OSError):
+                leftover.unlink(missing_ok=True)
+        raise
+
 
 @asynccontextmanager
-async def open_store(env: Env, *, write: bool = False) -> AsyncIterator[SqlContextStore]:
+async def open_store(
+    env: Env, *, write: bool = False, check: Callable[[], None] | None = None
+) -> AsyncIterator[SqlContextStore]:
     """The store at the command's URL.
 
     Reading commands never change the schema: an outdated database raises
     SchemaOutdatedError, and a missing SQLite file is not created. Writing commands migrate
-    an empty or outdated database to the newest revision first, as the library does.
+    an empty or outdated database to the newest revision first, as the library does. `check`
+    runs once the URL is known to be valid and before the database is opened (or created).
     """
     store = SqlContextStore(env.url, migrate="auto" if write else False)  # checks the URL
-    try:
-        missing = None if write else env.missing_database()
-        if missing is not None:
-            raise missing
-        await store.initialize()
-        yield store
-    finally:
-        await store.close()
+    with new_file_removed_on_error(env.url):
+        try:
+            if check is not None:
+                check()
+            missing = None if write else env.missing_database()
+            if missing is not None:
+                raise missing
+            await store.initialize()
+            yield store
+        finally:
+            await store.close()

@@ -1,11 +1,12 @@
-"""``agentcontext demo``: the main job of the library, end to end, offline, in a few seconds."""
+"""`agentcontext demo`: the main job of the library, end to end, offline, in a few seconds."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import Any
 
-from agentcontext.cli._common import EXIT_OK, Env
+from agentcontext.cli._common import EXIT_OK, Env, hidden_url, new_file_removed_on_error
 from agentcontext.engine import ContextEngine
 from agentcontext.estimate import Estimate
 from agentcontext.fragments import (
@@ -31,9 +32,10 @@ from agentcontext.renderers import (
 from agentcontext.store import SqlContextStore
 from agentcontext.views import visualize_graph
 
-__all__ = ["DEMO_CHAT", "DEMO_FILE", "DEMO_MODEL", "register"]
+__all__ = ["DEMO_CHAT", "DEMO_FILE", "DEMO_MODEL", "DEMO_URL", "explore_commands", "register"]
 
 DEMO_FILE = "agentcontext-demo.db"
+DEMO_URL = f"sqlite+aiosqlite:///{DEMO_FILE}"
 DEMO_CHAT = "demo"
 DEMO_USER = "demo-user"
 DEMO_MODEL = "gpt-4o"
@@ -54,10 +56,10 @@ def register(commands: Any) -> None:
         description=f"Create the chat '{DEMO_CHAT}' (recreated on every run) with a realistic "
         "system prompt, save scripted turns (no network), rewind, checkpoint, restore and "
         "fork with btw; then print the graph, the system prompt in XML, Markdown, TOML and "
-        f"TOON with its token count, and a token and cost estimate for {DEMO_MODEL}. Uses "
-        f"its own SQLite file {DEMO_FILE} in the current directory unless --url is given "
-        "(AGENTCONTEXT_URL is ignored here, so the demo never writes to your database "
-        "unless asked).",
+        f"TOON with its token count, and a token and cost estimate for {DEMO_MODEL}. "
+        f"Writes to --url if given, else to its own SQLite file {DEMO_FILE} in the current "
+        "directory, never to AGENTCONTEXT_URL or the other commands' default "
+        "(agentcontext.db). It ends with the commands that open what it stored.",
     )
     demo.set_defaults(handler=_demo)
 
@@ -187,8 +189,24 @@ def _money(value: float | None) -> str:
     return "unknown" if value is None else f"${value:.6f}"
 
 
+def explore_commands(url: str) -> list[str]:
+    """The commands that open what the demo stored at `url` (password hidden)."""
+    prefix = f"agentcontext --url {shlex.quote(hidden_url(url))}"
+    return [
+        f"{prefix} show {DEMO_CHAT}",
+        f"{prefix} show {DEMO_CHAT} --full",
+        f"{prefix} branches {DEMO_CHAT}",
+        f"{prefix} search {DEMO_CHAT} DHL",
+    ]
+
+
 async def _demo(args: argparse.Namespace, env: Env) -> int:
-    url = env.url if env.url_explicit else f"sqlite+aiosqlite:///{DEMO_FILE}"
+    url = env.url if env.url_explicit else DEMO_URL
+    with new_file_removed_on_error(url):
+        return await _run(env, url)
+
+
+async def _run(env: Env, url: str) -> int:
     out = env.out
     async with SqlContextStore(url) as store:
         await store.delete_chat(DEMO_CHAT)
@@ -245,4 +263,8 @@ async def _demo(args: argparse.Namespace, env: Env) -> int:
             ("input cost", f"{_money(xml.cost)} at {price} ({xml.price_source})"),
         ]
     )
+    where = "" if env.url_explicit else " (from this directory)"
+    out.heading(f"Explore what the demo stored{where}")
+    for command in explore_commands(url):
+        out.line(command)
     return EXIT_OK

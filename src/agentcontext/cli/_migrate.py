@@ -1,4 +1,7 @@
-"""``agentcontext migrate``: upgrade, downgrade, current and check, with the packaged migrations."""
+"""`agentcontext migrate`: upgrade, downgrade, current and check, with the packaged migrations.
+
+Alembic is imported when a migrate action runs, not when the command line starts.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +10,10 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from alembic.script import ScriptDirectory
-from alembic.util.exc import CommandError
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from agentcontext.cli._common import EXIT_OK, Env
+from agentcontext.cli._common import EXIT_OK, Env, new_file_removed_on_error, sqlite_file
 from agentcontext.errors import (
     ContextError,
     InvalidInputError,
@@ -76,6 +77,12 @@ def register(commands: Any) -> None:
 def _translate(env: Env, exc: BaseException) -> ContextError:
     if is_connection_error(exc):
         reason = " ".join(str(getattr(exc, "orig", None) or exc).split()[:40])
+        path = sqlite_file(env.url)
+        if path is not None:
+            return StoreUnavailableError(
+                f"cannot open the SQLite database file {path}: {reason or type(exc).__name__}. "
+                "Check that its directory exists and is writable"
+            )
         return StoreUnavailableError(
             f"cannot reach the database at {env.shown_url}: {reason or type(exc).__name__}"
         )
@@ -86,12 +93,13 @@ def _translate(env: Env, exc: BaseException) -> ContextError:
 async def _engine_of(env: Env) -> AsyncIterator[SqlContextStore]:
     """A store used only for its engine (never initialised, so nothing is migrated)."""
     store = SqlContextStore(env.url, migrate=False)
-    try:
-        yield store
-    except (SQLAlchemyError, OSError, TimeoutError) as exc:
-        raise _translate(env, exc) from exc
-    finally:
-        await store.close()
+    with new_file_removed_on_error(env.url):
+        try:
+            yield store
+        except (SQLAlchemyError, OSError, TimeoutError) as exc:
+            raise _translate(env, exc) from exc
+        finally:
+            await store.close()
 
 
 async def _revision(store: SqlContextStore) -> str | None:
@@ -107,6 +115,9 @@ def _require_database(env: Env) -> None:
 
 
 def _known(revision: str) -> bool:
+    from alembic.script import ScriptDirectory
+    from alembic.util.exc import CommandError
+
     try:
         return ScriptDirectory.from_config(m.make_config()).get_revision(revision) is not None
     except CommandError:
@@ -127,6 +138,8 @@ def _newer(env: Env, revision: str) -> SchemaOutdatedError:
 
 
 async def _run(store: SqlContextStore, step: Callable[[Connection], None]) -> None:
+    from alembic.util.exc import CommandError
+
     try:
         await m.run_in_write_transaction(store.engine, step)
     except CommandError as exc:

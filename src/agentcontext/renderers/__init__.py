@@ -1,7 +1,7 @@
 """Renderers turn system-prompt fragments into text: XML, Markdown, TOML or TOON.
 
 All renderers are synchronous and pure, share the same normalisation rules
-(:mod:`agentcontext.renderers.base`) and always produce well-formed output in their format.
+(`agentcontext.renderers.base`) and always produce well-formed output in their format.
 """
 
 from __future__ import annotations

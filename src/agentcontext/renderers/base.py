@@ -4,7 +4,7 @@ A renderer turns the system-prompt fragments into one string. Renderers are sync
 pure: the same fragments always give the same text, and nothing is changed.
 
 Before rendering, every renderer *normalises* the fragments the same way
-(:func:`normalize_fragments`):
+(`normalize_fragments`):
 
 * a fragment with a codec contributes ``codec.decode()``, never its (possibly stale) ``data``;
 * ``None`` values are dropped from dicts and lists, and a fragment whose data is ``None`` is
@@ -12,13 +12,13 @@ Before rendering, every renderer *normalises* the fragments the same way
 * tuples are treated as lists;
 * lone surrogates (which no text encoding can carry) become U+FFFD;
 * lazy values (callables, awaitables, generators, sets, ...) are refused with an
-  :class:`~agentcontext.errors.InvalidInputError` telling to resolve through the engine,
+  `InvalidInputError` telling to resolve through the engine,
   other values that are not fragment data are refused with an
-  :class:`~agentcontext.errors.InvalidTypeError`, both naming where the value is;
+  `InvalidTypeError`, both naming where the value is;
 * message fragments are refused: they are the conversation, not the system prompt.
 
-Singular and plural forms of tag names come from one pair of functions, :func:`singular`
-and :func:`plural` (see their docs for the rules).
+Singular and plural forms of tag names come from one pair of functions, `singular`
+and `plural` (see their docs for the rules).
 """
 
 from __future__ import annotations
@@ -267,7 +267,7 @@ def format_scalar(value: str | int | float | bool) -> str:
 
 
 class Group:
-    """Same-named sibling fragments gathered by :func:`group_by_name`."""
+    """Same-named sibling fragments gathered by `group_by_name`."""
 
     __slots__ = ("name", "nodes")
 
@@ -279,7 +279,7 @@ class Group:
 def group_by_name(items: Sequence[Value]) -> list[Value | Group]:
     """Group the fragments of a list by name, for ``group_fragments=True``.
 
-    Each name's :class:`Group` takes the place of its first fragment; other items keep
+    Each name's `Group` takes the place of its first fragment; other items keep
     their place, so the order of first appearances is kept.
     """
     slots: list[Value | Group] = []
@@ -546,7 +546,7 @@ def singular(name: str) -> str:
 def plural(name: str) -> str:
     """The plural of a name, used for the group tag of ``group_fragments=True``.
 
-    The inverse of :func:`singular` on its last word: irregular plurals (``person`` →
+    The inverse of `singular` on its last word: irregular plurals (``person`` →
     ``people``, ``status`` → ``statuses``, ``analysis`` → ``analyses``), words with no
     plural form (``data``, ``news``, ``feedback``), consonant + ``y`` → ``ies``
     (``query`` → ``queries``), ``-s``, ``-sh``, ``-ch``, ``-x``, ``-z`` → ``+es``, and
@@ -573,8 +573,8 @@ def title_case(name: str) -> str:
 class ContextRenderer(ABC):
     """Turns system-prompt fragments into text.
 
-    Subclasses implement :meth:`render`; they usually call :func:`normalize_fragments`
-    first and then walk the normalised :class:`Node` tree.
+    Subclasses implement `render`; they usually call `normalize_fragments`
+    first and then walk the normalised `Node` tree.
     """
 
     @abstractmethod

@@ -12,7 +12,7 @@ Rules (following the original package, with its defects fixed):
 * A list renders its items in order: a scalar as ``- value``, a nested fragment as
   ``- **name**: ...``, and a dict or list item as ``- **item**:`` with its content below,
   where *item* is the singular of the list's name (``queries`` → ``query``; see
-  :func:`~agentcontext.renderers.base.singular`), so that the items of a list of objects
+  `singular`), so that the items of a list of objects
   stay apart.
 * A value with several lines continues on the next lines, indented to stay inside its
   bullet.

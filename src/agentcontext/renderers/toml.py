@@ -87,7 +87,7 @@ def _convert(value: Value) -> TomlValue:
 
 
 def toml_data(fragments: Sequence[ContextFragment]) -> dict[str, TomlValue]:
-    """The data :class:`TomlRenderer` writes for ``fragments`` (what ``tomllib`` gives back)."""
+    """The data `TomlRenderer` writes for ``fragments`` (what ``tomllib`` gives back)."""
     return _merge(normalize_fragments(fragments))
 
 

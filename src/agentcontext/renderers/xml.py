@@ -12,7 +12,7 @@ well-formed):
 * A list renders its items in order: a nested fragment as its own element, any other item
   in an element named after the singular of the list's name (``steps`` → ``<step>``,
   ``queries`` → ``<query>``, ``status`` → ``<status>``; see
-  :func:`~agentcontext.renderers.base.singular`). A dict or list item holds its entries or
+  `singular`). A dict or list item holds its entries or
   items inside that element.
 * A fragment that is the value of a dict key is wrapped in an element named after the key.
 * ``None`` values are skipped; an empty dict or list (or one holding only empty things)

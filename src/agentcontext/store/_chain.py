@@ -12,7 +12,7 @@ Two plans, chosen per call:
 - *recursive walk*: otherwise (a short tail of a long chat, a branch among many), a recursive
   query follows ``parent_id`` from the head.
 
-Two shapes: records (``get_message_chain``) and, for the engine, :class:`ChainRows` holding each
+Two shapes: records (``get_message_chain``) and, for the engine, `ChainRows` holding each
 message's JSON text undecoded, which the engine validates into messages in one pass.
 """
 

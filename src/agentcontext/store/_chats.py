@@ -79,13 +79,13 @@ def exists(conn: Connection, chat_id: str) -> bool:
 
 
 def require(conn: Connection, chat_id: str) -> None:
-    """Raise :class:`~agentcontext.ChatNotFoundError` for an unknown chat."""
+    """Raise `ChatNotFoundError` for an unknown chat."""
     if not exists(conn, chat_id):
         raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
 
 
 def create(conn: Connection, chat: Chat) -> Chat:
-    """Insert a new chat; :class:`~agentcontext.ChatExistsError` if the id is taken."""
+    """Insert a new chat; `ChatExistsError` if the id is taken."""
     if exists(conn, chat.id):
         raise ChatExistsError(f"chat {chat.id!r} already exists; use upsert_chat to reuse it")
     insert_chat(conn, chat)
@@ -191,7 +191,7 @@ def list_query(
 
 
 def list_chats(conn: Connection, query: Select[Any]) -> list[ChatInfo]:
-    """Run a :func:`list_query`."""
+    """Run a `list_query`."""
     return [
         _rows.build(
             ChatInfo,

@@ -1,8 +1,8 @@
 """The database object of a store: its one engine, units of work, and what can go wrong.
 
 Every statement of a store runs in a *unit of work*: a plain function taking a SQLAlchemy
-``Connection`` and returning a value, run by :meth:`Database.run` in one of three modes
-(:data:`~agentcontext.store._dialects.Mode`). A unit runs in SQLAlchemy's greenlet bridge
+``Connection`` and returning a value, run by `Database.run` in one of three modes
+(`_dialects.Mode`). A unit runs in SQLAlchemy's greenlet bridge
 (one hop for the whole unit, not one per statement), on a connection of the store's engine,
 or on the caller's connection inside ``store.using(connection)``.
 
@@ -18,8 +18,8 @@ Guarantees kept here, once for the whole store:
   run again once on a fresh one when that is safe (reads; transactions that failed before
   their commit; statements declared idempotent).
 - **One event loop**: a store belongs to the loop that first uses it; another loop gets a
-  clear :class:`~agentcontext.StoreError` instead of a hang.
-- **Errors** the library can name are translated into :class:`~agentcontext.ContextError`
+  clear `StoreError` instead of a hang.
+- **Errors** the library can name are translated into `ContextError`
   subclasses; messages fit the backend (a file for SQLite, a server for PostgreSQL).
 """
 
@@ -159,7 +159,7 @@ class Database:
         return loop
 
     def check_open(self) -> None:
-        """Raise :class:`~agentcontext.StoreClosedError` after ``close()``."""
+        """Raise `StoreClosedError` after ``close()``."""
         if self._closed:
             raise StoreClosedError(
                 f"this store ({self.url}) is closed; create a new SqlContextStore"
@@ -334,7 +334,7 @@ class Database:
     # --- errors -------------------------------------------------------------------------------
 
     def translate(self, exc: BaseException) -> ContextError:
-        """A :class:`~agentcontext.ContextError` for a driver or SQLAlchemy error."""
+        """A `ContextError` for a driver or SQLAlchemy error."""
         first_line = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [""])[0]
         reason = first_line or type(exc).__name__
         if self.dialect.is_sqlite:

@@ -7,7 +7,7 @@
 - the metadata filter of ``list_chats``, the roles filter, row locks, the migration lock,
 - timestamps in raw rows, and recognising driver errors.
 
-The rest of the store is written once, against :class:`Dialect`.
+The rest of the store is written once, against `Dialect`.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ class Dialect(abc.ABC):
 
     @abc.abstractmethod
     def roles_value(self, roles: Sequence[str]) -> Any:
-        """The bound value of ``:roles`` for :meth:`roles_filter`."""
+        """The bound value of ``:roles`` for `roles_filter`."""
 
     def lock_chat(self, conn: Connection, chat_id: str) -> None:  # noqa: B027 - optional
         """Lock the chat's row until the transaction ends (SQLite: the write lock is held)."""
@@ -189,7 +189,7 @@ class Dialect(abc.ABC):
 
         ``first`` marks the first statement of a save (it bumps the chat's version). Returns
         the chat's version after the write when the dialect reports it. Raises
-        :class:`AppendRefused` when the statement changed nothing.
+        `AppendRefused` when the statement changed nothing.
         """
 
     # --- search ------------------------------------------------------------------------------
@@ -228,7 +228,7 @@ class Dialect(abc.ABC):
 
     @abc.abstractmethod
     def search_params(self, query: Sequence[str]) -> dict[str, Any]:
-        """The bound values of :meth:`search_candidates` for these query tokens."""
+        """The bound values of `search_candidates` for these query tokens."""
 
     exact_candidates: ClassVar[bool]
     """Whether every candidate holds every query token (else each is checked)."""

@@ -109,7 +109,7 @@ def write(
     ``versions`` maps each chat to the change version this transaction writes with. New
     messages get their depth from their parent (stored, or earlier in the batch); existing
     ones keep parent, chat, depth and creation time and take the new content. With ``updates``,
-    only those ids may exist already; others raise :class:`ExistingMessages`. Search entries
+    only those ids may exist already; others raise `ExistingMessages`. Search entries
     follow the content.
     """
     batch_ids = {r.id for r in records}

@@ -140,7 +140,7 @@ async def run_with_new_engine(url: str, fn: Callable[[Connection], Any]) -> Any:
 
 
 def outdated_message(url: str, current: str | None, head: str) -> str:
-    """What :class:`~agentcontext.SchemaOutdatedError` says, with the command to run."""
+    """What `SchemaOutdatedError` says, with the command to run."""
     state = "has no agentcontext schema" if current is None else f"is at revision {current}"
     return (
         f"the database at {url} {state}; this version of agentcontext needs "

@@ -3,7 +3,7 @@
 The backend only proposes *candidates*, newest first: SQLite from its FTS5 table (exact
 matches), PostgreSQL by testing each message's bloom signature (which may over-match). Here,
 in Python and the same on every backend, each candidate's tokens are checked against the
-query, the newest :func:`window` matches are ranked (``_tokenizer.score``; ties go to the newer
+query, the newest `window` matches are ranked (``_tokenizer.score``; ties go to the newer
 message), and snippets are cut (``_text.snippet``). Both backends therefore return the same
 messages in the same order, with the same ranks and snippets.
 """
@@ -69,7 +69,7 @@ def search(
     roles: Sequence[str] | None,
     limit: int,
 ) -> list[SearchResult]:
-    """The best ``limit`` matches among the newest :func:`window` ones (read)."""
+    """The best ``limit`` matches among the newest `window` ones (read)."""
     key = (dialect.name, scope, bool(roles))
     statement = _STATEMENTS.get(key)
     if statement is None:

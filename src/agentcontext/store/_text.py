@@ -1,6 +1,6 @@
 """What text of a stored message is searchable and what a graph preview shows.
 
-Message data is the JSON of a :class:`~agentcontext.Message` (``{"id", "role", "parts"}``).
+Message data is the JSON of a `Message` (``{"id", "role", "parts"}``).
 Only what a person would read is indexed: text and reasoning parts and tool names, never JSON
 keys. Data of any other shape contributes its string values (not its keys).
 """

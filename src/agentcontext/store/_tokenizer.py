@@ -5,7 +5,7 @@ indexed text and for the query alike; the databases only look up what this modul
 
 - SQLite indexes the tokens in a contentless FTS5 table (the ``ascii`` tokenizer splits the
   space-joined tokens back exactly as given);
-- PostgreSQL keeps a small bloom signature per message (:func:`signature`) and tests it with
+- PostgreSQL keeps a small bloom signature per message (`signature`) and tests it with
   one bitwise AND per row; a signature can only over-match, so every candidate is checked
   here against the real tokens.
 
@@ -19,7 +19,7 @@ parts of URLs, paths (``/usr/local/bin``) and decimals (``3.14159``). A query ma
 message that holds every token of the query, so such text is found by any of its words and
 by its whole text.
 
-**Ranking** (:func:`score`) is BM25's term saturation and length normalisation over the
+**Ranking** (`score`) is BM25's term saturation and length normalisation over the
 candidates at hand, plus a bonus when the query's tokens appear in a row, in order.
 """
 

@@ -34,7 +34,7 @@ __all__ = ["AppendResult", "ContextStore", "EngineStore"]
 
 
 class AppendResult(BaseModel):
-    """Outcome of :meth:`ContextStore.append_messages`.
+    """Outcome of `ContextStore.append_messages`.
 
     ``ok`` is False when the branch head was not ``expected_head``; nothing was written and
     ``head_message_id`` is the head found instead. ``version`` is the chat's change version
@@ -56,7 +56,7 @@ class ContextStore(abc.ABC):
 
     Every method is a coroutine and runs in its own transaction: it applies wholly or not at
     all. ``get_*`` methods return ``None`` for something that does not exist; methods that act
-    on a chat raise :class:`~agentcontext.ChatNotFoundError` when it does not exist.
+    on a chat raise `ChatNotFoundError` when it does not exist.
     """
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -92,7 +92,7 @@ class ContextStore(abc.ABC):
     ) -> Chat:
         """Create a chat and its active ``main`` branch.
 
-        Raises :class:`~agentcontext.ChatExistsError` if the id is taken.
+        Raises `ChatExistsError` if the id is taken.
         """
 
     @abc.abstractmethod
@@ -118,7 +118,7 @@ class ContextStore(abc.ABC):
         """Atomic read-modify-write of a chat under a lock.
 
         ``updater`` gets the current chat and returns the fields to change (a
-        :class:`~agentcontext.ChatUpdate`) or None to change nothing. Concurrent updates are
+        `ChatUpdate`) or None to change nothing. Concurrent updates are
         serialised, so none is lost. Returns the chat as stored afterwards.
         """
 
@@ -157,7 +157,7 @@ class ContextStore(abc.ABC):
 
     @abc.abstractmethod
     async def add_messages(self, messages: Sequence[MessageRecord]) -> list[MessageRecord]:
-        """:meth:`add_message` for many messages in one transaction (a parent may come earlier
+        """`add_message` for many messages in one transaction (a parent may come earlier
         in the same batch)."""
 
     @abc.abstractmethod
@@ -171,8 +171,8 @@ class ContextStore(abc.ABC):
         """The chain ending at ``head_id``, root first, however long; ``[]`` for an unknown id.
 
         With ``after``, only the part of the chain that comes after that message (which must be
-        an ancestor of the head, else :class:`~agentcontext.InvalidGraphError`). A cycle or a
-        broken chain in stored data raises :class:`~agentcontext.InvalidGraphError`.
+        an ancestor of the head, else `InvalidGraphError`). A cycle or a
+        broken chain in stored data raises `InvalidGraphError`.
         """
 
     @abc.abstractmethod
@@ -191,7 +191,7 @@ class ContextStore(abc.ABC):
     async def set_message_parent(self, message_id: str, parent_id: str | None) -> None:
         """Re-parent a message (and so its whole subtree).
 
-        Refused with :class:`~agentcontext.InvalidGraphError` for a self-parent, a parent in
+        Refused with `InvalidGraphError` for a self-parent, a parent in
         another chat, or a parent inside the message's own subtree (a cycle).
         """
 
@@ -210,7 +210,7 @@ class ContextStore(abc.ABC):
         head_message_id: str | None = None,
         activate: bool = False,
     ) -> Branch:
-        """Create a branch. Raises :class:`~agentcontext.BranchExistsError` for a taken name."""
+        """Create a branch. Raises `BranchExistsError` for a taken name."""
 
     @abc.abstractmethod
     async def fork_branch(
@@ -224,7 +224,7 @@ class ContextStore(abc.ABC):
         name: str | None = None,
     ) -> BranchInfo:
         """Create the next free branch ``{base_name}-vN`` (N = 2, 3, …) atomically, or the
-        branch ``name`` (:class:`~agentcontext.BranchExistsError` if it is taken).
+        branch ``name`` (`BranchExistsError` if it is taken).
 
         The new branch starts at ``head_message_id``; ``messages`` (chained, the first one's
         parent being ``head_message_id``) are written in the same transaction and the head
@@ -274,7 +274,7 @@ class ContextStore(abc.ABC):
         written. The head moves to ``new_head`` (default: the last message). Messages that
         exist already are updated in place (their parent stays). With ``updates``, only the
         ids in it may exist already: if another one does, nothing is written and
-        :attr:`AppendResult.existing` lists them. Counts as chat activity.
+        `AppendResult.existing` lists them. Counts as chat activity.
         """
 
     @abc.abstractmethod
@@ -283,7 +283,7 @@ class ContextStore(abc.ABC):
 
     @abc.abstractmethod
     async def rename_branch(self, chat_id: str, name: str, new_name: str) -> Branch:
-        """Rename a branch; :class:`~agentcontext.BranchExistsError` if the new name is taken."""
+        """Rename a branch; `BranchExistsError` if the new name is taken."""
 
     @abc.abstractmethod
     async def delete_branch(self, chat_id: str, name: str) -> bool:
@@ -334,7 +334,7 @@ class ContextStore(abc.ABC):
         roles: Sequence[str] | None = None,
         limit: int = 20,
     ) -> list[SearchResult]:
-        """:meth:`search_messages` over all chats of one user; each hit names its chat."""
+        """`search_messages` over all chats of one user; each hit names its chat."""
 
     @abc.abstractmethod
     async def get_graph(self, chat_id: str) -> Graph:
@@ -402,7 +402,7 @@ class ContextStore(abc.ABC):
 
     @abc.abstractmethod
     async def export_chat(self, chat_id: str) -> ChatExport:
-        """Everything of a chat as plain data (see :class:`~agentcontext.ChatExport`)."""
+        """Everything of a chat as plain data (see `ChatExport`)."""
 
     @abc.abstractmethod
     async def import_chat(self, export: ChatExport) -> None:

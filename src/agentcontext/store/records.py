@@ -1,4 +1,4 @@
-"""The records a :class:`~agentcontext.ContextStore` reads and writes.
+"""The records a `ContextStore` reads and writes.
 
 They are immutable pydantic models. Timestamps are timezone-aware UTC ``datetime`` objects with
 microsecond precision on both backends.
@@ -245,7 +245,7 @@ class ChatExport(BaseModel):
 
 
 class ExportedBlob(BaseModel):
-    """A blob inside a :class:`ChatExport`: its hash, media type and base64 content."""
+    """A blob inside a `ChatExport`: its hash, media type and base64 content."""
 
     model_config = ConfigDict(extra="forbid")
 

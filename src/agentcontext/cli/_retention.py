@@ -1,0 +1,144 @@
+"""Deleting chats: `delete CHAT` and `prune --older-than DURATION` (retention)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+from agentcontext.cli._browse import add_json
+from agentcontext.cli._common import EXIT_OK, Env, open_store
+from agentcontext.cli._output import count
+from agentcontext.errors import ChatNotFoundError
+from agentcontext.store import ChatInfo
+from agentcontext.store.records import utcnow
+
+__all__ = ["parse_duration", "register"]
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"(?:(\d{1,9})([smhdw]))+")
+_PART = re.compile(r"(\d{1,9})([smhdw])")
+_PAGE = 500
+
+
+def parse_duration(text: str) -> timedelta:
+    """A duration such as `90d`, `12h`, `1w`, `1d12h` or `30m` (s, m, h, d, w), more than 0."""
+    value = text.strip().lower()
+    if not _DURATION.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 30d, 12h, 1w or 1d12h (units s, m, h, d, w), got {text!r}"
+        )
+    seconds = sum(int(number) * _UNITS[unit] for number, unit in _PART.findall(value))
+    if seconds == 0:
+        raise argparse.ArgumentTypeError("the duration must be more than 0")
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"the duration {text!r} is too long") from None
+
+
+def register(commands: Any) -> None:
+    """Add `delete` and `prune` to the command parsers."""
+    delete = commands.add_parser(
+        "delete",
+        help="delete a chat with all its messages, branches and checkpoints",
+        description="Delete CHAT with its messages, branches, checkpoints, snapshots and "
+        "search index entries. There is no undo: export it first to keep a copy "
+        "(agentcontext export CHAT -o CHAT.json).",
+    )
+    delete.add_argument("chat", metavar="CHAT", help="the chat id")
+    delete.add_argument(
+        "--user", metavar="USER", help="delete only if USER owns the chat (else exit 3)"
+    )
+    delete.set_defaults(handler=_delete)
+
+    prune = commands.add_parser(
+        "prune",
+        help="delete chats whose last activity is older than a duration (retention)",
+        description="Delete every chat (or every chat of --user) whose last activity (the "
+        "'last activity' of 'agentcontext chats', moved by every save) is "
+        "older than DURATION, such as 90d, 12h, 2w or 1d12h. --dry-run lists them without "
+        "deleting. Each chat is read again just before it is deleted: one that became active "
+        "since the listing is kept.",
+    )
+    prune.add_argument(
+        "--older-than",
+        required=True,
+        type=parse_duration,
+        metavar="DURATION",
+        help="last activity older than this: a number and a unit (s, m, h, d, w), e.g. 90d",
+    )
+    prune.add_argument("--user", metavar="USER", help="only this user's chats")
+    prune.add_argument(
+        "--dry-run", action="store_true", help="list the chats that would be deleted, delete none"
+    )
+    add_json(prune)
+    prune.set_defaults(handler=_prune)
+
+
+async def _delete(args: argparse.Namespace, env: Env) -> int:
+    async with open_store(env) as store:
+        chat = await store.get_chat(args.chat)
+        deleted = await store.delete_chat(args.chat, user_id=args.user)
+    if not deleted:
+        if chat is not None and args.user is not None:
+            raise ChatNotFoundError(f"user {args.user!r} has no chat {args.chat!r}")
+        raise ChatNotFoundError(f"chat {args.chat!r} does not exist")
+    assert chat is not None
+    env.out.line(f"deleted chat {chat.id} (user {chat.user_id})", style="green")
+    return EXIT_OK
+
+
+async def _prune(args: argparse.Namespace, env: Env) -> int:
+    cutoff: datetime = utcnow() - args.older_than
+    deleted: list[ChatInfo] = []
+    async with open_store(env) as store:
+        stale: list[ChatInfo] = []
+        offset = 0
+        while True:
+            page = await store.list_chats(user_id=args.user, limit=_PAGE, offset=offset)
+            stale.extend(chat for chat in page if chat.updated_at < cutoff)
+            # Newest activity first: once a page ends with a recent chat, older ones follow.
+            if len(page) < _PAGE:
+                break
+            offset += _PAGE
+        for chat in stale:
+            if args.dry_run:
+                deleted.append(chat)
+                continue
+            current = await store.get_chat(chat.id)
+            if current is None or current.updated_at >= cutoff:
+                continue  # deleted meanwhile, or active again: keep it
+            if await store.delete_chat(chat.id, user_id=chat.user_id):
+                deleted.append(chat)
+    _report(args, env, cutoff, deleted)
+    return EXIT_OK
+
+
+def _report(args: argparse.Namespace, env: Env, cutoff: datetime, chats: list[ChatInfo]) -> None:
+    out = env.out
+    if args.json:
+        out.json(
+            {
+                "dry_run": args.dry_run,
+                "older_than": cutoff.isoformat(),
+                "chats": [chat.model_dump(mode="json") for chat in chats],
+            }
+        )
+        return
+    verb = "would delete" if args.dry_run else "deleted"
+    out.line(
+        f"{verb} {count(len(chats), 'chat')} with no activity since {cutoff.isoformat()}",
+        style="yellow" if args.dry_run else "green",
+    )
+    if chats:
+        out.table(
+            ["id", "user", "title", "messages", "last activity"],
+            [
+                [c.id, c.user_id, c.title or "", str(c.message_count), c.updated_at.isoformat()]
+                for c in chats
+            ],
+            numeric=("messages",),
+            whole=("id", "user"),
+        )
