@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentcontext import _models_catalog, _tokens
 from agentcontext._tokens import EncodingTokenizer, TokenCounter, Tokenizer, approximate_tokens
 from agentcontext.errors import InvalidInputError, InvalidTypeError
+from agentcontext.messages import Message
 
 __all__ = [
     "MESSAGE_OVERHEAD_TOKENS",
@@ -319,7 +320,43 @@ def _part_texts(part: Any, role: str) -> Iterable[str]:
         yield text
 
 
+def _sent_texts(message: Message) -> list[str]:
+    """The texts of a message as the OpenAI adapter sends it (`ResolveResult.to_openai`):
+    the content of every request message it becomes, the name and arguments of each tool
+    call, each result. Of a file, what is counted is the reference the model is given (an
+    image's URL, a file's name); its content is priced by each provider in its own way."""
+    from agentcontext.adapters.openai import to_openai
+
+    texts: list[str] = []
+    for item in cast("list[dict[str, Any]]", to_openai("", [message])):
+        content = item.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            for part in content:
+                kind = part.get("type")
+                if kind == "text":
+                    texts.append(part["text"])
+                elif kind == "image_url":
+                    url = part["image_url"]["url"]
+                    texts.append("" if url.startswith("data:") else url)
+                elif kind == "file":
+                    texts.append(part["file"].get("filename") or "")
+        for call in item.get("tool_calls") or ():
+            texts.append(call["function"]["name"])
+            texts.append(call["function"]["arguments"])
+    return [text for text in texts if text]
+
+
 def _message_tokens(message: Any, index: int, count: Callable[[str], int]) -> MessageEstimate:
+    if isinstance(message, Message):
+        sent = _sent_texts(message)
+        return MessageEstimate(
+            id=message.id,
+            role=message.role,
+            tokens=sum(count(text) for text in sent),
+            sent=bool(sent),
+        )
     if isinstance(message, str | bytes) or (
         not isinstance(message, Mapping) and not hasattr(message, "parts")
     ):
