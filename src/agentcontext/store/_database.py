@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any, TypeVar
@@ -228,7 +229,7 @@ class Database:
                     raise
                 except (SQLAlchemyError, OSError, TimeoutError) as exc:
                     if not (attempt == 0 and is_connection_error(exc) and state.may_retry()):
-                        raise self.translate(exc) from exc
+                        raise await self.failed(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _sync_unit(self, mode: Mode, unit: Callable[[Connection], T], state: _UnitState) -> T:
@@ -267,7 +268,7 @@ class Database:
         except ContextError:
             raise
         except (SQLAlchemyError, OSError, TimeoutError) as exc:
-            raise self.translate(exc) from exc
+            raise await self.failed(exc) from exc
 
     # --- the caller's transaction -------------------------------------------------------------
 
@@ -332,6 +333,30 @@ class Database:
             await self.engine.dispose()
 
     # --- errors -------------------------------------------------------------------------------
+
+    async def failed(self, exc: BaseException) -> ContextError:
+        """`translate`, after letting a connection that failed to open finish closing.
+
+        aiosqlite stops the worker thread of a connection that failed to open without waiting
+        for it; the thread then reports to the event loop, which may be closed by then (a
+        command line that exits on the error), and prints a traceback. Waiting a moment for
+        that thread to end keeps the failure clean.
+        """
+        error = self.translate(exc)
+        if self.dialect.is_sqlite and isinstance(error, StoreUnavailableError):
+            workers = [
+                t
+                for t in threading.enumerate()
+                if getattr(t, "_target", None) is not None
+                and getattr(t._target, "__name__", "") == "_connection_worker_thread"  # type: ignore[attr-defined]
+            ]
+            for _ in range(100):
+                if all(worker.is_alive() for worker in workers) and workers:
+                    await asyncio.sleep(0.002)
+                else:
+                    break
+            await asyncio.sleep(0)  # run the callback the thread posted
+        return error
 
     def translate(self, exc: BaseException) -> ContextError:
         """A `ContextError` for a driver or SQLAlchemy error."""

@@ -160,7 +160,7 @@ async def prepare_schema(db: Database, mode: MigrateMode) -> None:
             await conn.execution_options(**{BEGIN_OPTION: "none"})
             current = await conn.run_sync(_read_revision)
     except Exception as exc:
-        raise db.translate(exc) from exc
+        raise await db.failed(exc) from exc
     if current == HEAD_REVISION:
         return
     if mode is False:
@@ -174,4 +174,4 @@ async def prepare_schema(db: Database, mode: MigrateMode) -> None:
                 "of agentcontext does not know: it was migrated by a newer version. "
                 "Upgrade agentcontext."
             ) from None
-        raise db.translate(exc) from exc
+        raise await db.failed(exc) from exc
