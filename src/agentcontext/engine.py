@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from agentcontext import _validate as v
 from agentcontext._conversation import DELETED, Conversation
+from agentcontext._reminding import remind, without_reminders
 from agentcontext._save import SaveResult, save_turn
 from agentcontext.errors import (
     BranchNotFoundError,
@@ -47,7 +48,7 @@ from agentcontext.fragments import (
     resolve_lazy_message,
     with_message_id,
 )
-from agentcontext.lazy import LazyResolver, LoadContext
+from agentcontext.lazy import LazyResolver, LoadContext, has_lazy_value
 from agentcontext.messages import Message, ResolveResult
 from agentcontext.renderers import ContextRenderer, XmlRenderer
 from agentcontext.snapshots import ContextSnapshot
@@ -364,6 +365,7 @@ class ContextEngine:
             fragments = await self._materialize()
             system_prompt = renderer.render(fragments)
             await self._conv.sync()
+            await remind(self, ("user", "tool-output"))
             result = ResolveResult.model_construct(
                 system_prompt=system_prompt, messages=self._compose(), record_id=None
             )
@@ -467,7 +469,8 @@ class ContextEngine:
         return renderer
 
     async def _materialize(self) -> list[ContextFragment]:
-        return await self._resolver.materialize(self._fragments, LoadContext(engine=self))
+        fragments = without_reminders(self._fragments)
+        return await self._resolver.materialize(fragments, LoadContext(engine=self))
 
     def _last_assistant_id(self, pending: Sequence[ContextFragment]) -> str | None:
         for fragment in reversed(pending):
@@ -543,6 +546,7 @@ class ContextEngine:
                 return SaveResult(head_message_id=self.head_message_id)
             if self._conv.chain.version is None:
                 await self._conv.sync()
+            await remind(self, ("user",))
             messages = self._pending_messages()
             result = await save_turn(self._conv, messages, branch=branch, lock=self._write_lock)
             self._pending.clear()
@@ -841,3 +845,77 @@ class ContextEngine:
                 graph=graph,
                 meta=InspectMeta(chat_id=self.chat_id, branch=conv.branch.name, timestamp=utcnow()),
             )
+
+    # --- conveniences -----------------------------------------------------------------------
+
+    def unset(self, name: str) -> ContextEngine:
+        """Drop every system-prompt fragment named ``name`` (``"reminder"`` drops the
+        reminders); pending messages are untouched. Returns the engine, so calls chain.
+
+        Lazy data already loaded for the dropped fragments is forgotten with them.
+        """
+        v.check_text(name, "name")
+        self._fragments = [fragment for fragment in self._fragments if fragment.name != name]
+        return self
+
+    def render(self, renderer: ContextRenderer | None = None) -> str:
+        """The system prompt as ``renderer`` (default `XmlRenderer`) renders it, reminders
+        left out, without touching the store.
+
+        Raises:
+            InvalidInputError: a fragment holds lazy data, which only the async calls load;
+                use ``(await engine.resolve()).system_prompt`` instead.
+        """
+        renderer = self._check_renderer(renderer)
+        fragments = without_reminders(self._fragments)
+        for fragment in fragments:
+            if has_lazy_value(fragment):
+                raise InvalidInputError(
+                    f"fragment {fragment.name!r} holds lazy data, which render() cannot load; "
+                    "use (await engine.resolve()).system_prompt instead"
+                )
+        return renderer.render(fragments)
+
+    def fork(self) -> ContextEngine:
+        """A new engine with the same system-prompt fragments (reminders included) and no
+        history: a fresh chat of the same user in its own `InMemoryContextStore`, for a
+        one-shot sub-agent. Pending messages are not copied; lazy data is loaded again.
+
+        The fork's store lives as long as the fork; close it with
+        ``await fork.store.close()`` when done.
+        """
+        from agentcontext.store.sql import InMemoryContextStore
+
+        child = ContextEngine(
+            store=InMemoryContextStore(),
+            chat_id=uuid.uuid4().hex,
+            user_id=self.user_id,
+            lazy_max_depth=self._resolver.max_depth,
+            lazy_max_items=self._resolver.max_items,
+        )
+        child._fragments = list(self._fragments)
+        return child
+
+    async def turn_count(self) -> int:
+        """The number of user messages on the branch, pending ones included (the turn number
+        reminders see)."""
+        async with self._session():
+            await self._conv.sync()
+            return sum(1 for message in self._compose() if message.role == "user")
+
+    async def first_user_message(self) -> Message | None:
+        """The branch's first user message (a pending one when none is stored), or None."""
+        async with self._session():
+            await self._conv.sync()
+            return next((m for m in self._compose() if m.role == "user"), None)
+
+    async def head_message(self) -> Message | None:
+        """The newest message of the conversation: the last pending one, else the branch's
+        head (an empty assistant placeholder included); None for an empty branch."""
+        async with self._session():
+            pending = self._pending_messages()
+            if pending:
+                return pending[-1]
+            await self._conv.sync()
+            chain = self._conv.chain
+            return chain.messages[-1] if chain.messages else None
