@@ -272,7 +272,9 @@ def tag(text: str) -> str:
 def _records(message: Message) -> list[dict[str, Any]]:
     metadata = message.metadata or {}
     found = metadata.get(METADATA_KEY)
-    return [dict(item) for item in found] if isinstance(found, list) else []
+    if not isinstance(found, list):
+        return []
+    return [dict(item) for item in found if isinstance(item, Mapping)]
 
 
 def _with_records(message: Message, parts: list[Any], added: list[dict[str, Any]]) -> Message:
