@@ -16,6 +16,7 @@ from agentcontext import (
     TextPart,
     ToolPart,
     XmlRenderer,
+    _reminding,
     after_turn,
     all_of,
     assistant,
@@ -34,7 +35,6 @@ from agentcontext import (
     user,
     workflow,
 )
-from agentcontext import _reminding
 from agentcontext.store import SqlContextStore
 from tests.engine.conftest import EngineFactory
 from tests.reminders._util import tool
