@@ -854,7 +854,10 @@ class ContextEngine:
 
         Lazy data already loaded for the dropped fragments is forgotten with them.
         """
-        v.check_text(name, "name")
+        if not isinstance(name, str):
+            raise InvalidTypeError(
+                f"unset() takes a fragment name (a str), got {v.type_name(name)}"
+            )
         self._fragments = [fragment for fragment in self._fragments if fragment.name != name]
         return self
 
