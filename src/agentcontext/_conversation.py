@@ -365,6 +365,17 @@ class Conversation:
         chain.version = version
         return True
 
+    async def branch_name(self) -> str:
+        """The name of the engine's branch as stored now (another engine may have renamed
+        it); forks are named after it."""
+        assert self.branch is not None
+        state = await self.store.get_branch_state(self.branch.id)
+        if state is None:
+            raise self.deleted_error()
+        if state.branch.name != self.branch.name:
+            self.branch = self.branch.model_copy(update={"name": state.branch.name})
+        return state.branch.name
+
     def moved_to(self, info: BranchInfo | Branch) -> None:
         """The engine is now on this branch (its head known to be stored)."""
         self.branch = Branch.model_validate(info.model_dump(exclude={"message_count"}))

@@ -655,8 +655,9 @@ class ContextEngine:
                 raise InvalidGraphError(
                     f"message {message_id!r} belongs to another chat, not {self.chat_id!r}"
                 )
+        base = await conv.branch_name()
         info = await self._store.fork_branch(
-            self.chat_id, conv.branch.name, head_message_id=message_id, activate=True, name=name
+            self.chat_id, base, head_message_id=message_id, activate=True, name=name
         )
         conv.moved_to(info)
         self._pending.clear()
@@ -745,7 +746,8 @@ class ContextEngine:
         v.check_id(name, "branch name")
         async with self._session():
             conv = self._conv
-            if conv.branch is not None and conv.branch.name == name:
+            target = await self._store.get_branch(self.chat_id, name)
+            if target is not None and conv.branch is not None and conv.branch.id == target.id:
                 raise InvalidInputError(
                     f"branch {name!r} is this engine's branch and cannot be deleted; switch to "
                     "another branch first"
