@@ -162,11 +162,13 @@ async def remind(engine: ContextEngine, targets: Sequence[ReminderTarget]) -> No
     pending = engine._pending
     if not pending:
         return
+    configs = [reminder_of(f) for f in engine._fragments if is_reminder(f)]
+    if not configs:
+        return  # an engine without reminders works as if they did not exist
     engine._resolve_pending()
     carriers = _carriers(pending, targets)
     if not carriers:
         return
-    configs = [reminder_of(f) for f in engine._fragments if is_reminder(f)]
     wanted = {target for _, target in carriers}
     if not any(config.target in wanted for config in configs):
         for index, _ in carriers:

@@ -280,7 +280,7 @@ async def test_begin_turn_applies_the_reminders(
     ]
 
 
-async def test_begin_turn_after_resolve_keeps_what_was_sent(make_engine: EngineFactory) -> None:
+async def test_elapsed_is_known_once_the_branch_has_a_stored_message(make_engine: EngineFactory) -> None:
     engine = make_engine()
     engine.set(reminder(lambda ctx: f"elapsed known: {ctx.elapsed is not None}"))
     question = user("question")
