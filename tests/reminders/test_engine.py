@@ -280,7 +280,9 @@ async def test_begin_turn_applies_the_reminders(
     ]
 
 
-async def test_elapsed_is_known_once_the_branch_has_a_stored_message(make_engine: EngineFactory) -> None:
+async def test_elapsed_is_known_once_the_branch_has_a_stored_message(
+    make_engine: EngineFactory,
+) -> None:
     engine = make_engine()
     engine.set(reminder(lambda ctx: f"elapsed known: {ctx.elapsed is not None}"))
     question = user("question")
@@ -526,3 +528,26 @@ async def test_a_text_function_must_return_a_string(make_engine: EngineFactory) 
 def test_bad_reminder_arguments_are_refused(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     with pytest.raises(ReminderError):
         reminder(*args, **kwargs)
+
+
+async def test_the_context_names_the_latest_tool_outcome(make_engine: EngineFactory) -> None:
+    engine = make_engine()
+    outcomes: list[tuple[str, ToolPart | None]] = []
+
+    def record(ctx: ReminderContext) -> bool:
+        outcomes.append((ctx.target, ctx.tool_outcome))
+        return False
+
+    engine.set(reminder("u", when=record), reminder("t", target="tool-output", when=record))
+    engine.set(user("go"))
+    await engine.resolve()
+    call = tool("sql", "output-error", call_id="c9", error="syntax error")
+    engine.set(
+        assistant(Message(id="a9", role="assistant", parts=[call, tool("x", "input-available")]))
+    )
+    await engine.resolve()
+    engine.set(assistant_text("done"))
+    await engine.save()
+    engine.set(user("next"))
+    await engine.resolve()
+    assert outcomes == [("user", None), ("tool-output", call), ("user", call)]
