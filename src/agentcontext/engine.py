@@ -853,8 +853,6 @@ class ContextEngine:
     def unset(self, name: str) -> ContextEngine:
         """Drop every system-prompt fragment named ``name`` (``"reminder"`` drops the
         reminders); pending messages are untouched. Returns the engine, so calls chain.
-
-        Lazy data already loaded for the dropped fragments is forgotten with them.
         """
         if not isinstance(name, str):
             raise InvalidTypeError(
