@@ -551,3 +551,15 @@ async def test_the_context_names_the_latest_tool_outcome(make_engine: EngineFact
     engine.set(user("next"))
     await engine.resolve()
     assert outcomes == [("user", None), ("tool-output", call), ("user", call)]
+
+
+async def test_usage_tracked_by_another_engine_is_seen(
+    make_engine: EngineFactory, other_store: SqlContextStore
+) -> None:
+    engine = make_engine()
+    engine.set(reminder("over-budget", when=tokens_over(50)), user("turn 1"))
+    assert await last_text(engine) == "turn 1"
+    engine.clear_pending()
+    await make_engine(on=other_store).track_usage({"total_tokens": 50})
+    engine.set(user("turn 1 again"))
+    assert "over-budget" in await last_text(engine)
