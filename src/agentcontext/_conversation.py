@@ -303,6 +303,8 @@ class Conversation:
         self.chain = ChainCache()
         self._initial_metadata = None if metadata is None else dict(metadata)
         self._opened: ChatState | None = None
+        self._fresh = False
+        """Whether ``branch`` was read from the store during the current public call."""
 
     # --- opening ----------------------------------------------------------------------------
 
@@ -332,10 +334,12 @@ class Conversation:
             opened = None  # the version moved: the first sync reads the branch state
         self._initial_metadata = None
         self.chat, self.branch, self._opened = chat, state.branch, opened
+        self._fresh = True
 
     def end_call(self) -> None:
-        """The public call that opened the chat is over: what it read is no longer fresh."""
+        """The public call is over: what it read is no longer fresh."""
         self._opened = None
+        self._fresh = False
 
     def deleted_error(self) -> ChatNotFoundError:
         branch = "" if self.branch is None else f" (or its branch {self.branch.name!r})"
@@ -365,6 +369,7 @@ class Conversation:
                 chain.invalidate()
                 raise self.deleted_error()
             self.branch = state.branch
+            self._fresh = True
             head, version = state.branch.head_message_id, state.version
             depth, size = state.head_depth, state.message_count
         if chain.version is not None and chain.version == version and chain.head == head:
@@ -426,6 +431,20 @@ class Conversation:
             chain.head = head
         chain.version = version
         return True
+
+    async def branch_name(self) -> str:
+        """The name of the engine's branch as stored now (another engine may have renamed
+        it); forks are named after it."""
+        assert self.branch is not None
+        if self._fresh:
+            return self.branch.name  # read from the store during this call
+        state = await self.store.get_branch_state(self.branch.id)
+        if state is None:
+            raise self.deleted_error()
+        self._fresh = True
+        if state.branch.name != self.branch.name:
+            self.branch = self.branch.model_copy(update={"name": state.branch.name})
+        return state.branch.name
 
     def moved_to(self, info: BranchInfo | Branch) -> None:
         """The engine is now on this branch (its head known to be stored)."""

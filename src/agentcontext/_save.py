@@ -308,7 +308,7 @@ async def fork_for_update(
         parent = message.id
     info = await conv.store.fork_branch(
         conv.chat_id,
-        conv.branch.name,
+        await conv.branch_name(),
         head_message_id=start,
         activate=True,
         messages=records,

@@ -25,6 +25,7 @@ from agentcontext import _validate as v
 from agentcontext._compaction import Compaction, Summarizer
 from agentcontext._compaction import compact as compact_branch
 from agentcontext._conversation import DELETED, Conversation
+from agentcontext._reminding import remind, without_reminders
 from agentcontext._save import SaveResult, save_turn
 from agentcontext._window import ContextWindow, fit
 from agentcontext.errors import (
@@ -49,7 +50,7 @@ from agentcontext.fragments import (
     resolve_lazy_message,
     with_message_id,
 )
-from agentcontext.lazy import LazyResolver, LoadContext
+from agentcontext.lazy import LazyResolver, LoadContext, has_lazy_value
 from agentcontext.messages import Message, ResolveResult
 from agentcontext.renderers import ContextRenderer, XmlRenderer
 from agentcontext.snapshots import ContextSnapshot
@@ -360,6 +361,7 @@ class ContextEngine:
             fragments = await self._materialize()
             system_prompt = renderer.render(fragments)
             await self._conv.sync()
+            await remind(self, ("user", "tool-output"))
             messages = self._compose()
             omitted: list[str] = []
             estimate: int | None = None
@@ -480,7 +482,8 @@ class ContextEngine:
         return renderer
 
     async def _materialize(self) -> list[ContextFragment]:
-        return await self._resolver.materialize(self._fragments, LoadContext(engine=self))
+        fragments = without_reminders(self._fragments)
+        return await self._resolver.materialize(fragments, LoadContext(engine=self))
 
     def _last_assistant_id(self, pending: Sequence[ContextFragment]) -> str | None:
         for fragment in reversed(pending):
@@ -563,6 +566,7 @@ class ContextEngine:
                 return SaveResult(head_message_id=self.head_message_id)
             if self._conv.chain.version is None:
                 await self._conv.sync()
+            await remind(self, ("user",))
             messages = self._pending_messages()
             result = await save_turn(self._conv, messages, branch=branch, lock=self._write_lock)
             self._pending.clear()
@@ -664,7 +668,7 @@ class ContextEngine:
             # The store checks the message (it exists, in this chat, not a compaction).
             info = await self._store.fork_branch(
                 self.chat_id,
-                conv.branch.name,
+                await conv.branch_name(),
                 head_message_id=message_id,
                 activate=True,
                 name=name,
@@ -761,7 +765,8 @@ class ContextEngine:
         v.check_id(name, "branch name")
         async with self._session():
             conv = self._conv
-            if conv.branch is not None and conv.branch.name == name:
+            target = await self._store.get_branch(self.chat_id, name)
+            if target is not None and conv.branch is not None and conv.branch.id == target.id:
                 raise InvalidInputError(
                     f"branch {name!r} is this engine's branch and cannot be deleted; switch to "
                     "another branch first"
@@ -894,3 +899,78 @@ class ContextEngine:
                 graph=graph,
                 meta=InspectMeta(chat_id=self.chat_id, branch=conv.branch.name, timestamp=utcnow()),
             )
+
+    # --- conveniences -----------------------------------------------------------------------
+
+    def unset(self, name: str) -> ContextEngine:
+        """Drop every system-prompt fragment named ``name`` (``"reminder"`` drops the
+        reminders); pending messages are untouched. Returns the engine, so calls chain.
+        """
+        if not isinstance(name, str):
+            raise InvalidTypeError(
+                f"unset() takes a fragment name (a str), got {v.type_name(name)}"
+            )
+        self._fragments = [fragment for fragment in self._fragments if fragment.name != name]
+        return self
+
+    def render(self, renderer: ContextRenderer | None = None) -> str:
+        """The system prompt as ``renderer`` (default `XmlRenderer`) renders it, reminders
+        left out, without touching the store.
+
+        Raises:
+            InvalidInputError: a fragment holds lazy data, which only the async calls load;
+                use ``(await engine.resolve()).system_prompt`` instead.
+        """
+        renderer = self._check_renderer(renderer)
+        fragments = without_reminders(self._fragments)
+        for fragment in fragments:
+            if has_lazy_value(fragment):
+                raise InvalidInputError(
+                    f"fragment {fragment.name!r} holds lazy data, which render() cannot load; "
+                    "use (await engine.resolve()).system_prompt instead"
+                )
+        return renderer.render(fragments)
+
+    def fork(self) -> ContextEngine:
+        """A new engine with the same system-prompt fragments (reminders included) and no
+        history: a fresh chat of the same user in its own `InMemoryContextStore`, for a
+        one-shot sub-agent. Pending messages are not copied; lazy data is loaded again.
+
+        The fork's store lives as long as the fork; close it with
+        ``await fork.store.close()`` when done.
+        """
+        from agentcontext.store.sql import InMemoryContextStore
+
+        child = ContextEngine(
+            store=InMemoryContextStore(),
+            chat_id=uuid.uuid4().hex,
+            user_id=self.user_id,
+            lazy_max_depth=self._resolver.max_depth,
+            lazy_max_items=self._resolver.max_items,
+        )
+        child._fragments = list(self._fragments)
+        return child
+
+    async def turn_count(self) -> int:
+        """The number of user messages on the branch, pending ones included (the turn number
+        reminders see)."""
+        async with self._session():
+            await self._conv.sync()
+            return sum(1 for message in self._compose() if message.role == "user")
+
+    async def first_user_message(self) -> Message | None:
+        """The branch's first user message (a pending one when none is stored), or None."""
+        async with self._session():
+            await self._conv.sync()
+            return next((m for m in self._compose() if m.role == "user"), None)
+
+    async def head_message(self) -> Message | None:
+        """The newest message of the conversation: the last pending one, else the branch's
+        head (an empty assistant placeholder included); None for an empty branch."""
+        async with self._session():
+            pending = self._pending_messages()
+            if pending:
+                return pending[-1]
+            await self._conv.sync()
+            chain = self._conv.chain
+            return chain.messages[-1] if chain.messages else None

@@ -180,3 +180,11 @@ class SchemaOutdatedError(StoreError):
 
     The message gives the exact command that upgrades it.
     """
+
+
+class ReminderError(ContextError):
+    """A reminder or one of its predicates was built with a bad argument, or a reminder's
+    predicate or text function raised (chained as ``__cause__``) or returned the wrong type."""
+
+
+__all__ += ["ReminderError"]

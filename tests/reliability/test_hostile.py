@@ -1747,6 +1747,8 @@ ENGINE_BASELINES: dict[str, Baseline] = {
     "track_usage": lambda w: {"usage": {"input_tokens": 1}},
     "estimate": lambda w: {"model_id": "gpt-4o", "renderer": XmlRenderer()},
     "inspect": lambda w: {"model_id": "gpt-4o", "renderer": XmlRenderer()},
+    "unset": lambda w: {"name": "hint"},
+    "render": lambda w: {"renderer": XmlRenderer()},
 }
 
 

@@ -3,7 +3,8 @@
 A hypothesis state machine drives two engines on one chat (one of them, in some examples,
 through a second store on the same database, as another process would) through random
 sequences of set / save / save(branch=False) / rewind / btw / switch_branch / checkpoint /
-restore / begin_turn / complete_turn, plus reopening an engine cold. After every step it
+restore / begin_turn / complete_turn / rename_branch / delete_branch (forks named or not),
+plus reopening an engine cold. After every step it
 compares the store's graph (nodes with parents, roles and text; branches with heads, the
 active flag and chain lengths; checkpoints), each engine's ``resolve()``, its branch and its
 pending queue with a plain in-memory model of the DAG written here from the documented rules
@@ -36,6 +37,7 @@ from hypothesis.stateful import (
 )
 
 from agentcontext import (
+    BranchExistsError,
     BranchInfo,
     BranchNotFoundError,
     CheckpointNotFoundError,
@@ -43,6 +45,7 @@ from agentcontext import (
     ContextFragment,
     EmptyConversationError,
     Graph,
+    InvalidInputError,
     Message,
     MessageNotFoundError,
     SqlContextStore,
@@ -61,6 +64,8 @@ STEPS = int(os.environ.get("AGENTCONTEXT_MODEL_STEPS", "30"))
 
 ENGINES = st.sampled_from([0, 1])
 CHECKPOINT_NAMES = ["cp1", "cp2", "cp3"]
+BRANCH_NAMES = ["main", "side", "topic", "main-v2"]
+"""Names given to forks and renames (some collide with the automatic ``X-vN`` names)."""
 USER_ID = "model-user"
 
 
@@ -95,6 +100,9 @@ class EngineState:
     turn: str | None = None
     """The placeholder of a turn begun and not completed."""
     hints: list[str] = field(default_factory=list)
+    stale: set[str] = field(default_factory=set)
+    """Names this engine may still report for its branch: it was renamed by another engine,
+    and the engine learns the new name on its next call."""
 
 
 @dataclass
@@ -154,12 +162,27 @@ class Model:
         ]
         return f"{base}-v{max(used, default=1) + 1}"
 
-    def new_branch(self, base: str, head: str | None, *, activate: bool) -> str:
-        name = self.fork_name(base)
+    def new_branch(
+        self, base: str, head: str | None, *, activate: bool, name: str | None = None
+    ) -> str:
+        name = name or self.fork_name(base)
+        assert name not in self.heads
         self.heads[name] = head
         if activate:
             self.active = name
         return name
+
+    def rename(self, old: str, new: str) -> None:
+        """A branch gets a new name: everything that named it follows."""
+        if old == new:
+            return
+        self.heads[new] = self.heads.pop(old)
+        if self.active == old:
+            self.active = new
+        for e in self.engines:
+            if e.branch == old:
+                e.branch = new
+                e.stale.add(old)
 
     def move_to(self, e: EngineState, name: str) -> None:
         """rewind, restore and switch_branch: the engine moves, its queue and turn go."""
@@ -334,6 +357,12 @@ class GraphMachine(RuleBasedStateMachine):
         assert fragment.id is not None
         return fragment, Msg(fragment.id, role, text)
 
+    def draw_name(self, data: st.DataObject) -> str | None:
+        """The name of a fork: automatic (None) mostly, else one of `BRANCH_NAMES`."""
+        if data.draw(st.integers(0, 3), label="named") != 0:
+            return None
+        return data.draw(st.sampled_from(BRANCH_NAMES), label="branch name")
+
     def expect_error(self, error: type[Exception], factory: Callable[[], Awaitable[Any]]) -> None:
         with pytest.raises(error):
             self.run(factory)
@@ -453,8 +482,12 @@ class GraphMachine(RuleBasedStateMachine):
             self.expect_error(MessageNotFoundError, lambda: engine.rewind(ghost))
             return
         target = data.draw(st.sampled_from(known), label="rewind to")
-        info = self.run(lambda: engine.rewind(target))
-        name = self.model.new_branch(self.model.branch_of(e), target, activate=True)
+        named = self.draw_name(data)
+        if named in self.model.heads:
+            self.expect_error(BranchExistsError, lambda: engine.rewind(target, name=named))
+            return
+        info = self.run(lambda: engine.rewind(target, name=named))
+        name = self.model.new_branch(self.model.branch_of(e), target, activate=True, name=named)
         self.model.move_to(e, name)
         self.check_branch_info(info, name, active=True)
 
@@ -471,17 +504,21 @@ class GraphMachine(RuleBasedStateMachine):
         self.model.checkpoints[name] = head
         assert (checkpoint.name, checkpoint.message_id) == (name, head)
 
-    @rule(i=ENGINES, name=st.sampled_from([*CHECKPOINT_NAMES, "cp-missing"]))
-    def restore(self, i: int, name: str) -> None:
+    @rule(i=ENGINES, name=st.sampled_from([*CHECKPOINT_NAMES, "cp-missing"]), data=st.data())
+    def restore(self, i: int, name: str, data: st.DataObject) -> None:
         engine = self.acting(i)
         e = self.model.engines[i]
         self.model.load(e)
         if name not in self.model.checkpoints:
             self.expect_error(CheckpointNotFoundError, lambda: engine.restore(name))
             return
-        info = self.run(lambda: engine.restore(name))
+        named = self.draw_name(data)
+        if named in self.model.heads:
+            self.expect_error(BranchExistsError, lambda: engine.restore(name, name=named))
+            return
+        info = self.run(lambda: engine.restore(name, name=named))
         target = self.model.checkpoints[name]
-        new = self.model.new_branch(self.model.branch_of(e), target, activate=True)
+        new = self.model.new_branch(self.model.branch_of(e), target, activate=True, name=named)
         self.model.move_to(e, new)
         self.check_branch_info(info, new, active=True)
 
@@ -500,8 +537,8 @@ class GraphMachine(RuleBasedStateMachine):
         self.model.move_to(e, name)
         self.check_branch_info(info, name, active=True)
 
-    @rule(i=ENGINES)
-    def btw(self, i: int) -> None:
+    @rule(i=ENGINES, data=st.data())
+    def btw(self, i: int, data: st.DataObject) -> None:
         engine = self.acting(i)
         e = self.model.engines[i]
         self.model.load(e)
@@ -510,8 +547,12 @@ class GraphMachine(RuleBasedStateMachine):
         if head is None:
             self.expect_error(EmptyConversationError, engine.btw)
             return
-        info = self.run(engine.btw)
-        name = self.model.new_branch(base, head, activate=False)
+        named = self.draw_name(data)
+        if named in self.model.heads:
+            self.expect_error(BranchExistsError, lambda: engine.btw(name=named))
+            return
+        info = self.run(lambda: engine.btw(name=named))
+        name = self.model.new_branch(base, head, activate=False, name=named)
         self.check_branch_info(info, name, active=False)
 
     @rule(i=ENGINES, keep=st.integers(0, 2))
@@ -538,6 +579,45 @@ class GraphMachine(RuleBasedStateMachine):
         given = ([] if previous is None else [previous]) + folded
         text = f"S:{len(given)}:{given[-1].id}"
         self.model.compactions[through] = Msg(compaction.id, "user", text)
+
+    @rule(i=ENGINES, data=st.data())
+    def rename_branch(self, i: int, data: st.DataObject) -> None:
+        engine = self.acting(i)
+        e = self.model.engines[i]
+        self.model.load(e)
+        heads = self.model.heads
+        old = data.draw(st.sampled_from([*sorted(heads), "no-such-branch"]), label="old name")
+        new = data.draw(st.sampled_from(sorted({*BRANCH_NAMES, *heads})), label="new name")
+        if old not in heads:
+            self.expect_error(BranchNotFoundError, lambda: engine.rename_branch(old, new))
+            return
+        if new != old and new in heads:
+            self.expect_error(BranchExistsError, lambda: engine.rename_branch(old, new))
+            return
+        renamed = self.run(lambda: engine.rename_branch(old, new))
+        self.model.rename(old, new)
+        e.stale.discard(old)  # the engine that renamed knows the new name at once
+        assert (renamed.name, renamed.head_message_id) == (new, heads[new])
+        assert renamed.is_active == (new == self.model.active)
+
+    @rule(i=ENGINES, data=st.data())
+    def delete_branch(self, i: int, data: st.DataObject) -> None:
+        engine = self.acting(i)
+        e = self.model.engines[i]
+        self.model.load(e)
+        heads = self.model.heads
+        name = data.draw(st.sampled_from([*sorted(heads), "no-such-branch"]), label="delete")
+        if name not in heads:
+            assert self.run(lambda: engine.delete_branch(name)) is False
+            return
+        if name in (e.branch, self.model.active):
+            # The engine's own branch, or the chat's active one: refused, nothing changes.
+            self.expect_error(InvalidInputError, lambda: engine.delete_branch(name))
+            return
+        if any(other.branch == name for other in self.model.engines):
+            return  # the other engine's branch: covered by plain tests
+        assert self.run(lambda: engine.delete_branch(name)) is True
+        del heads[name]  # its messages stay: the node comparison checks it
 
     @rule(i=ENGINES)
     def look(self, i: int) -> None:
@@ -590,10 +670,12 @@ class GraphMachine(RuleBasedStateMachine):
             if e.branch is None:
                 assert engine.branch is None
                 continue  # not loaded yet: leave it to load lazily in a later step
-            assert engine.branch == e.branch, f"engine {i}"
+            assert engine.branch in {e.branch, *e.stale}, f"engine {i}"
             if not self.eager and i != self.touched:
                 continue  # its cache may lag; it catches up on its next call
             result = await engine.resolve()
+            assert engine.branch == e.branch, f"engine {i}"
+            e.stale.clear()
             expected = model.resolved(e)
             got = [(m.id, m.role, m.text) for m in result.messages]
             assert got == [(m.id, m.role, m.text) for m in expected], f"engine {i}"

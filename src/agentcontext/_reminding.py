@@ -1,0 +1,270 @@
+"""The engine side of reminders: find the outgoing message, evaluate, amend, latch.
+
+`remind` is called by ``ContextEngine.resolve`` (targets ``"user"`` and ``"tool-output"``) and
+by ``ContextEngine.save`` (target ``"user"`` only, for a turn saved without a resolve first),
+inside the engine's session, after the branch was synced.
+
+The carriers:
+
+- ``"user"``: the last pending user message;
+- ``"tool-output"``: the last pending assistant message when it comes after that user message
+  and holds a tool result (its latest result is amended).
+
+A carrier is evaluated once: the pending fragment is replaced by one marked as evaluated (in
+the fragment's own metadata, never stored), holding the amended message when reminders fired.
+So resolving twice, or saving after a resolve, never applies reminders twice, and ``save()``
+stores exactly what was sent.
+
+``once=`` latches live in the chat's metadata under `ONCE_KEY`, claimed with
+``store.update_chat`` (an atomic read-modify-write under the store's lock) only for reminders
+that fire, so no engine in any process fires one twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from agentcontext.fragments import (
+    ContextFragment,
+    MessageCodec,
+    is_empty_assistant_placeholder,
+    is_lazy_fragment,
+    message_of,
+)
+from agentcontext.messages import Message, ToolPart
+from agentcontext.reminders._core import (
+    METADATA_KEY,
+    ONCE_KEY,
+    Reminder,
+    ReminderContext,
+    ReminderTarget,
+    append_to_message,
+    append_to_tool_output,
+    is_reminder,
+    reminder_of,
+)
+from agentcontext.store.records import Chat, ChatUpdate, utcnow
+
+if TYPE_CHECKING:
+    from agentcontext.engine import ContextEngine
+
+__all__ = ["EVALUATED", "remind", "without_reminders"]
+
+EVALUATED = "agentcontext.reminders.evaluated"
+"""Key of a pending fragment's metadata: its reminders were evaluated (never stored)."""
+
+_TERMINAL = ("output-available", "output-error")
+
+
+def _now() -> datetime:
+    """The evaluation time (a function, so tests can move the clock)."""
+    return utcnow()
+
+
+def without_reminders(fragments: Sequence[ContextFragment]) -> list[ContextFragment]:
+    """The fragments that render into the system prompt: all but the reminders."""
+    return [fragment for fragment in fragments if not is_reminder(fragment)]
+
+
+def _latest_result(message: Message) -> int | None:
+    for index in range(len(message.parts) - 1, -1, -1):
+        part = message.parts[index]
+        if isinstance(part, ToolPart) and part.state in _TERMINAL:
+            return index
+    return None
+
+
+def _carriers(
+    pending: Sequence[ContextFragment], targets: Sequence[ReminderTarget]
+) -> list[tuple[int, ReminderTarget]]:
+    """Indexes of the pending fragments to evaluate, with their target."""
+    user_index: int | None = None
+    for index in range(len(pending) - 1, -1, -1):
+        fragment = pending[index]
+        if not is_lazy_fragment(fragment) and message_of(fragment).role == "user":
+            user_index = index
+            break
+    found: list[tuple[int, ReminderTarget]] = []
+    if "user" in targets and user_index is not None:
+        found.append((user_index, "user"))
+    if "tool-output" in targets:
+        start = -1 if user_index is None else user_index
+        for index in range(len(pending) - 1, start, -1):
+            fragment = pending[index]
+            if is_lazy_fragment(fragment):
+                continue
+            message = message_of(fragment)
+            if message.role == "assistant" and _latest_result(message) is not None:
+                found.append((index, "tool-output"))
+                break
+    return [(i, t) for i, t in found if not pending[i].metadata.get(EVALUATED)]
+
+
+def _already_amended(message: Message, target: ReminderTarget) -> bool:
+    """Whether ``message`` already carries reminders for ``target`` (a copy of an amended one)."""
+    records = (message.metadata or {}).get(METADATA_KEY)
+    if not isinstance(records, list):
+        return False
+    if target == "user":
+        return any(isinstance(r, Mapping) and "field" not in r for r in records)
+    index = _latest_result(message)
+    return any(isinstance(r, Mapping) and r.get("part") == index for r in records)
+
+
+def _latches(chat: Chat | None) -> dict[str, Any]:
+    found = None if chat is None else chat.metadata.get(ONCE_KEY)
+    return dict(found) if isinstance(found, Mapping) else {}
+
+
+def _holder(latch: object) -> object:
+    """The message a latch was claimed for (None when unknown)."""
+    return latch.get("message_id") if isinstance(latch, Mapping) else None
+
+
+async def _claim(engine: ContextEngine, claims: Mapping[str, str]) -> set[str]:
+    """Latch the ids of ``claims`` (once id -> message id) in the chat's metadata atomically;
+    the ids this call holds afterwards.
+
+    A latch already held for the same message counts as held, so a save retried after a
+    lost outcome amends the message the same way.
+    """
+    won: set[str] = set()
+
+    def updater(chat: Chat) -> ChatUpdate | None:
+        won.clear()
+        latches = _latches(chat)
+        changed = False
+        for once, message_id in claims.items():
+            if once not in latches:
+                latches[once] = {"message_id": message_id, "at": utcnow().isoformat()}
+                changed = True
+                won.add(once)
+            elif _holder(latches[once]) == message_id:
+                won.add(once)
+        if not changed:
+            return None
+        return ChatUpdate(metadata={**chat.metadata, ONCE_KEY: latches})
+
+    engine._conv.chat = await engine.store.update_chat(engine.chat_id, updater)
+    return won
+
+
+async def remind(engine: ContextEngine, targets: Sequence[ReminderTarget]) -> None:
+    """Evaluate the engine's reminders for the outgoing pending message(s) and amend them.
+
+    Raises:
+        ReminderError: a predicate or text function raised; the pending messages are left
+            as they were (no latch is claimed).
+    """
+    pending = engine._pending
+    if not pending:
+        return
+    configs = [reminder_of(f) for f in engine._fragments if is_reminder(f)]
+    if not configs:
+        return  # an engine without reminders works as if they did not exist
+    engine._resolve_pending()
+    carriers = _carriers(pending, targets)
+    if not carriers:
+        return
+    wanted = {target for _, target in carriers}
+    if not any(config.target in wanted for config in configs):
+        for index, _ in carriers:
+            pending[index] = _mark(pending[index], None)
+        return
+    conv = engine._conv
+    chat = await engine.store.get_chat(engine.chat_id) or conv.chat
+    conv.chat = chat
+    assert chat is not None
+    assert conv.branch is not None
+    now = _now()
+    last_at: datetime | None = None
+    head = conv.chain.head
+    if head is not None:
+        record = await engine.store.get_message(head)
+        last_at = None if record is None else record.created_at
+    pending_messages = [message_of(fragment) for fragment in pending]
+    pending_ids = {message.id for message in pending_messages}
+    stored = [
+        message
+        for message in conv.chain.messages
+        if message.id not in pending_ids and not is_empty_assistant_placeholder(message)
+    ]
+    latches = _latches(chat)
+    usage = chat.metadata.get("usage")
+    amended: dict[int, Message] = {}
+    fired_once: dict[int, list[tuple[Reminder, str]]] = {}
+    for index, target in carriers:
+        message = pending_messages[index]
+        if _already_amended(message, target):
+            continue
+        history = stored + pending_messages[: index + 1]
+        outcome = next(
+            (
+                part
+                for item in reversed(history)
+                for part in reversed(item.parts)
+                if isinstance(part, ToolPart) and part.state in _TERMINAL
+            ),
+            None,
+        )
+        context = ReminderContext(
+            turn=sum(1 for item in history if item.role == "user"),
+            target=target,
+            message=message,
+            content=message.text,
+            messages=tuple(history),
+            last_message=history[-2] if len(history) > 1 else None,
+            chat=chat,
+            usage=dict(usage) if isinstance(usage, Mapping) else {},
+            branch=conv.branch.name,
+            now=now,
+            last_message_at=last_at,
+            elapsed=None if last_at is None else (now - last_at).total_seconds(),
+            tool_outcome=outcome,
+        )
+        fired: list[tuple[Reminder, str]] = []
+        for config in configs:
+            if config.target != target:
+                continue
+            if config.once in latches and _holder(latches[config.once]) != message.id:
+                continue
+            if not await config.holds(context):
+                continue
+            text = await config.render(context)
+            if text.strip():
+                fired.append((config, text))
+        fired_once[index] = fired
+    claims: dict[str, str] = {}
+    for index, fired in fired_once.items():
+        for config, _ in fired:
+            if config.once is not None:
+                claims.setdefault(config.once, pending_messages[index].id)
+    won = await _claim(engine, claims) if claims else set()
+    for index, target in carriers:
+        texts: list[str] = []
+        for config, text in fired_once.get(index, []):
+            if config.once is not None:
+                if config.once not in won:
+                    continue
+                won.discard(config.once)  # one reminder per latch, even within a batch
+            texts.append(text)
+        if texts:
+            message = pending_messages[index]
+            if target == "user":
+                amended[index] = append_to_message(message, texts)
+            else:
+                result = _latest_result(message)
+                assert result is not None
+                amended[index] = append_to_tool_output(message, result, texts)
+    for index, _ in carriers:
+        pending[index] = _mark(pending[index], amended.get(index))
+
+
+def _mark(fragment: ContextFragment, message: Message | None) -> ContextFragment:
+    metadata = {**fragment.metadata, EVALUATED: True}
+    if message is None:
+        return replace(fragment, metadata=metadata)
+    return replace(fragment, codec=MessageCodec(message), metadata=metadata)
