@@ -97,7 +97,8 @@ async def compact(conv: Conversation, summarize: Summarizer, keep_last_turns: in
     summary_out = await result
     identity = compaction_id(conv.chat_id, through)
     previous = chain.summary.id if chain.summary is not None else None
-    meta = {"folded": len(given), "through": through, "previous": previous}
+    turns = chain.folded_turns + sum(1 for message in folded if message.role == "user")
+    meta = {"folded": len(given), "through": through, "previous": previous, "turns": turns}
     if isinstance(summary_out, str):
         v.check_text(summary_out, "the summary")
         summary = Message(

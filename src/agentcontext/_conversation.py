@@ -262,6 +262,15 @@ class ChainCache:
         if is_empty_assistant_placeholder(message):
             self.placeholders.add(message_id)
 
+    @property
+    def folded_turns(self) -> int:
+        """How many user turns the compaction standing for the start of the chain folds."""
+        if self.summary is None or not self.summary.metadata:
+            return 0
+        meta = self.summary.metadata.get("compaction")
+        turns = meta.get("turns") if isinstance(meta, dict) else None
+        return turns if isinstance(turns, int) and not isinstance(turns, bool) else 0
+
     def raw_texts(self) -> dict[str, str | None]:
         """The stored JSON text of the loaded messages not changed since (by id)."""
         rows = self.loaded

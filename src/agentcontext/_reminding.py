@@ -211,7 +211,7 @@ async def remind(engine: ContextEngine, targets: Sequence[ReminderTarget]) -> No
             None,
         )
         context = ReminderContext(
-            turn=sum(1 for item in history if item.role == "user"),
+            turn=conv.chain.folded_turns + sum(1 for item in history if item.role == "user"),
             target=target,
             message=message,
             content=message.text,

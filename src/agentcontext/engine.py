@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from agentcontext import _validate as v
 from agentcontext._compaction import Compaction, Summarizer
 from agentcontext._compaction import compact as compact_branch
-from agentcontext._conversation import DELETED, Conversation
+from agentcontext._conversation import DELETED, Conversation, decode_record
 from agentcontext._reminding import remind, without_reminders
 from agentcontext._save import SaveResult, save_turn
 from agentcontext._window import ContextWindow, fit
@@ -956,13 +956,20 @@ class ContextEngine:
         reminders see)."""
         async with self._session():
             await self._conv.sync()
-            return sum(1 for message in self._compose() if message.role == "user")
+            chain = self._conv.chain
+            users = sum(1 for message in self._compose_chain() if message.role == "user")
+            return chain.folded_turns + users
 
     async def first_user_message(self) -> Message | None:
         """The branch's first user message (a pending one when none is stored), or None."""
         async with self._session():
             await self._conv.sync()
-            return next((m for m in self._compose() if m.role == "user"), None)
+            chain = self._conv.chain
+            if chain.base is not None:  # compacted: the first user message is folded
+                for record in await self._store.get_message_chain(chain.base):
+                    if record.name == "user" and record.type == "message":
+                        return decode_record(record)
+            return next((m for m in self._compose_chain() if m.role == "user"), None)
 
     async def head_message(self) -> Message | None:
         """The newest message of the conversation: the last pending one, else the branch's
@@ -973,4 +980,9 @@ class ContextEngine:
                 return pending[-1]
             await self._conv.sync()
             chain = self._conv.chain
-            return chain.messages[-1] if chain.messages else None
+            if chain.messages:
+                return chain.messages[-1]
+            if chain.base is not None:  # the head is the last message a compaction folds
+                record = await self._store.get_message(chain.base)
+                return None if record is None else decode_record(record)
+            return None

@@ -20,6 +20,8 @@ from agentcontext import (
     Message,
     TextPart,
     assistant,
+    every_n_turns,
+    reminder,
     user,
 )
 from agentcontext.store import SqlContextStore
@@ -67,7 +69,12 @@ async def test_compact_folds_all_but_the_last_turns(make_engine: EngineFactory) 
     assert result.messages[0].id == compaction.id
     assert result.messages[0].text.startswith("summary 1")
     assert result.messages[0].metadata == {
-        "compaction": {"folded": 8, "through": compaction.through_message_id, "previous": None}
+        "compaction": {
+            "folded": 8,
+            "through": compaction.through_message_id,
+            "previous": None,
+            "turns": 4,
+        }
     }
     assert [m.text.split()[1] for m in result.messages[1:]] == ["4", "4", "5", "5"]
     assert (await engine.get_messages())[0].id == compaction.id
@@ -256,3 +263,24 @@ async def test_compact_refuses_bad_input(make_engine: EngineFactory) -> None:
     compaction = await engine.compact(Summaries(), keep_last_turns=1)
     with pytest.raises(InvalidInputError, match="compaction summary"):
         await make_engine().rewind(compaction.id)
+
+
+async def test_turns_and_the_first_message_count_what_was_folded(
+    make_engine: EngineFactory, other_store: SqlContextStore
+) -> None:
+    engine = make_engine()
+    await _turns(engine, 0, 6)
+    first = await engine.first_user_message()
+    await engine.compact(Summaries())
+    await _turns(engine, 6, 1)
+    await engine.compact(Summaries(), keep_last_turns=1)
+    for reader in (engine, make_engine(on=other_store)):
+        assert await reader.turn_count() == 7
+        assert await reader.first_user_message() == first
+        head = await reader.head_message()
+        assert head is not None and head.text.startswith("answer 6")
+    fresh = make_engine()
+    fresh.set(user("the eighth question"))
+    fresh.set(reminder("every fourth turn", when=every_n_turns(4)))
+    result = await fresh.resolve()
+    assert "every fourth turn" in result.messages[-1].text  # turn 8, folded turns included
