@@ -63,7 +63,7 @@ def compaction_id(chat_id: str, through: str) -> str:
 def _fold_point(messages: Sequence[Message], keep_last_turns: int) -> int:
     """How many leading messages to fold so the last ``keep_last_turns`` turns stay. A turn in
     progress (the head is an empty placeholder of `ContextEngine.begin_turn`) is never folded:
-    it is about to be filled in place."""
+    it is about to be filled in place; nor is the fold point ever an empty placeholder."""
     starts = [i for i, message in enumerate(messages) if message.role == "user"]
     if keep_last_turns == 0:
         cut = len(messages)
@@ -71,6 +71,8 @@ def _fold_point(messages: Sequence[Message], keep_last_turns: int) -> int:
         cut = 0 if len(starts) <= keep_last_turns else starts[-keep_last_turns]
     if messages and is_empty_assistant_placeholder(messages[-1]):
         cut = min(cut, starts[-1] if starts else 0)
+    while cut and is_empty_assistant_placeholder(messages[cut - 1]):
+        cut -= 1  # never fold up to a placeholder: it may still be filled in place
     return cut
 
 

@@ -238,6 +238,12 @@ class Model:
         out.extend(overrides.values())
         return ([] if summary is None else [summary]) + [m for m in out if not m.placeholder]
 
+    def folded(self) -> set[str]:
+        """Ids of the messages some compaction folds. Sending one of them again is left out
+        of the random walk: the engine holds only the part of a compacted branch after its
+        summary, and resending a folded message is not modelled."""
+        return {m.id for through in self.compactions for m in self.chain(through)}
+
     def compacted(self, chain: list[Msg]) -> tuple[Msg | None, list[Msg]]:
         """The deepest compaction on a chain and the messages after it."""
         for index in range(len(chain) - 1, -1, -1):
@@ -338,10 +344,12 @@ class GraphMachine(RuleBasedStateMachine):
             return None
         pool: list[str] = []
         e = self.model.engines[i]
+        folded = self.model.folded()
         if kind == "stored":
-            pool = list(self.model.nodes)
+            pool = [message_id for message_id in self.model.nodes if message_id not in folded]
         elif kind == "chain" and e.branch is not None:
-            pool = [m.id for m in self.model.chain(self.model.heads[e.branch])]
+            chain = self.model.chain(self.model.heads[e.branch])
+            pool = [m.id for m in chain if m.id not in folded]
         elif kind == "pending":
             pool = [m.id for m in e.pending]
         elif kind == "other":
@@ -567,6 +575,8 @@ class GraphMachine(RuleBasedStateMachine):
         cut = len(stored) if keep == 0 else 0 if len(starts) <= keep else starts[-keep]
         if stored and stored[-1].placeholder:  # a turn in progress is never folded
             cut = min(cut, starts[-1] if starts else 0)
+        while cut and stored[cut - 1].placeholder:  # nor is a fold point a placeholder
+            cut -= 1
         folded = [m for m in stored[:cut] if not m.placeholder]
         if not folded:
             self.expect_error(
@@ -615,6 +625,7 @@ class GraphMachine(RuleBasedStateMachine):
             self.expect_error(InvalidInputError, lambda: engine.delete_branch(name))
             return
         if any(other.branch == name for other in self.model.engines):
+            self.run(engine.initialize)  # loaded, as the model says (load() above)
             return  # the other engine's branch: covered by plain tests
         assert self.run(lambda: engine.delete_branch(name)) is True
         del heads[name]  # its messages stay: the node comparison checks it
