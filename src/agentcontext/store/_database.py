@@ -350,9 +350,9 @@ class Database:
                 if getattr(t, "_target", None) is not None
                 and getattr(t._target, "__name__", "") == "_connection_worker_thread"  # type: ignore[attr-defined]
             ]
-            for _ in range(100):
+            for _ in range(400):  # at most 2 s, on a failure path only
                 if all(worker.is_alive() for worker in workers) and workers:
-                    await asyncio.sleep(0.002)
+                    await asyncio.sleep(0.005)
                 else:
                     break
             await asyncio.sleep(0)  # run the callback the thread posted
