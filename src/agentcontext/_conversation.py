@@ -404,6 +404,7 @@ class Conversation:
             decode_rows(rows),
             summary=summary,
             base=rows.base_id,
+            loaded=rows,
         )
 
     async def _catch_up(self, head: str | None, version: int) -> bool:

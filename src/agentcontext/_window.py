@@ -22,7 +22,7 @@ fingerprint of its content, so an in-place update is counted again).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 
 from agentcontext import _models_catalog
@@ -34,8 +34,8 @@ from agentcontext.messages import Message
 __all__ = ["ContextWindow", "Fitted", "clear_token_cache", "fit"]
 
 _CACHE_LIMIT = 500_000
-_tokens_cache: dict[tuple[str, str], tuple[int, int]] = {}
-"""``(tokenizer, message id) -> (content fingerprint, tokens with framing)``."""
+_tokens_cache: dict[str, dict[str, tuple[int, int]]] = {}
+"""``tokenizer -> message id -> (content fingerprint, tokens with framing)``."""
 
 
 def clear_token_cache() -> None:
@@ -131,16 +131,16 @@ def message_tokens(
     message of which nothing is sent)."""
     from agentcontext.estimate import MESSAGE_OVERHEAD_TOKENS, _message_tokens
 
-    cache = _tokens_cache
-    name = counter.name
+    cache = _tokens_cache.setdefault(counter.name, {})
     texts = raw.get
+    lookup = cache.get
     out: list[int] = []
     append = out.append
     for index, message in enumerate(messages):
-        key = (name, message.id)
-        stored = texts(message.id)
+        message_id = message.id
+        stored = texts(message_id)
         fingerprint = hash(stored) if stored is not None else hash(message.model_dump_json())
-        found = cache.get(key)
+        found = lookup(message_id)
         if found is not None and found[0] == fingerprint:
             append(found[1])
             continue
@@ -149,7 +149,7 @@ def message_tokens(
         if len(cache) >= _CACHE_LIMIT:
             for stale in list(cache)[: _CACHE_LIMIT // 2]:
                 del cache[stale]
-        cache[key] = (fingerprint, tokens)
+        cache[message_id] = (fingerprint, tokens)
         append(tokens)
     return out
 
@@ -163,13 +163,13 @@ def fit(
     system_prompt: str,
     messages: list[Message],
     *,
-    keep: Callable[[Message], bool] | None = None,
+    keep: Collection[str] = (),
     raw: Mapping[str, str | None] | None = None,
 ) -> Fitted:
     """Fit a request into the window (see the module documentation).
 
-    ``keep`` marks more messages that are always sent (a compaction summary); ``raw`` maps
-    stored message ids to their JSON text (a cheap content fingerprint).
+    ``keep`` holds the ids of more messages that are always sent (a compaction summary);
+    ``raw`` maps stored message ids to their JSON text (a cheap content fingerprint).
     """
     from agentcontext.estimate import MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS
 
@@ -187,7 +187,7 @@ def fit(
     if not starts or starts[0] != 0:
         starts.insert(0, 0)
     last = starts[-1]  # the newest turn is always sent
-    fixed = [(keep is not None and keep(m)) or _is_pinned(m) for m in messages]
+    fixed = [m.id in keep or (bool(m.metadata) and _is_pinned(m)) for m in messages]
     pinned = sum(t for t, f in zip(tokens, fixed, strict=True) if f)
     droppable = [0 if f else t for t, f in zip(tokens, fixed, strict=True)]
     allowed = budget - system - priming - pinned

@@ -371,7 +371,7 @@ class ContextEngine:
                     window,
                     system_prompt,
                     messages,
-                    keep=None if summary is None else (lambda m: m is summary),
+                    keep=() if summary is None else (summary.id,),
                     raw=self._conv.chain.raw_texts(),
                 )
                 messages, omitted, estimate = fitted.messages, fitted.omitted, fitted.tokens
