@@ -113,6 +113,24 @@ async def median_time(fn: Callable[[], Awaitable[Any]], runs: int, warmup: int =
     return statistics.median(samples)
 
 
+async def median_times(
+    fns: list[Callable[[], Awaitable[Any]]], runs: int, warmup: int = 1
+) -> list[float]:
+    """The median wall time of each of ``fns``, measured in turns (one call of each per
+    round), so that whatever the machine does meanwhile weighs on all of them alike."""
+    for fn in fns:
+        for _ in range(warmup):
+            await fn()
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(runs):
+        for fn, taken in zip(fns, samples, strict=True):
+            gc.collect()
+            started = time.perf_counter()
+            await fn()
+            taken.append(time.perf_counter() - started)
+    return [statistics.median(taken) for taken in samples]
+
+
 def ms(seconds: float) -> str:
     """Seconds as milliseconds, for tables."""
     return f"{seconds * 1000:,.1f} ms"

@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,17 @@ from sqlalchemy.ext.asyncio import create_async_engine
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _workload import conversation, median_time, message_data, ms, ratio, row, text, us
+from _workload import (
+    conversation,
+    median_time,
+    median_times,
+    message_data,
+    ms,
+    ratio,
+    row,
+    text,
+    us,
+)
 
 from agentcontext import ContextEngine, SqlContextStore, user
 from agentcontext.store import MessageRecord
@@ -366,13 +377,16 @@ async def bench_size(
     else:
         assert floor.conn is not None
         disk = await postgres_bytes(floor.conn, OUR_TABLES)
-    floor_read = await median_time(lambda: floor.read(chat_id), args.runs)
 
     async def cold() -> None:
         await ContextEngine(store=store, chat_id=chat_id, user_id="bench").resolve()
 
-    ours_read = await median_time(cold, args.runs)
-    oa_read = await openai_cold(url, chat_id, n, args) if args.openai else None
+    oa_cold = await openai_cold(url, chat_id, n) if args.openai else None
+    reads = await median_times(
+        [lambda: floor.read(chat_id), cold, *([oa_cold] if oa_cold else [])], args.runs
+    )
+    floor_read, ours_read = reads[0], reads[1]
+    oa_read = reads[2] if oa_cold else None
     lines.append(
         row(
             f"cold resolve, {n:,} messages",
@@ -384,15 +398,19 @@ async def bench_size(
         )
     )
     middle = ids[n // 2 - 1]
-    floor_prefix = await median_time(lambda: floor.read(chat_id, below=n // 2), args.runs)
 
     async def rewind() -> None:
         engine = ContextEngine(store=store, chat_id=chat_id, user_id="bench")
         await engine.rewind(middle)
         await engine.resolve()
 
-    ours_rewind = await median_time(rewind, args.runs)
-    oa_rewind = await openai_prefix(url, chat_id, n, args) if args.openai else None
+    oa_copy = await openai_prefix(url, chat_id, n) if args.openai else None
+    prefixes = await median_times(
+        [lambda: floor.read(chat_id, below=n // 2), rewind, *([oa_copy] if oa_copy else [])],
+        args.runs,
+    )
+    floor_prefix, ours_rewind = prefixes[0], prefixes[1]
+    oa_rewind = prefixes[2] if oa_copy else None
     lines.append(
         row(
             f"rewind to N/2 + first resolve, {n:,}",
@@ -415,9 +433,6 @@ async def bench_saves(
     assert branch is not None
     rng = random.Random(3)
     state: dict[str, Any] = {"head": None, "depth": 0, "text": text(rng)}
-    floor_save = await median_time(
-        lambda: floor.save("floor-saves", branch.id, state), args.runs * 30, warmup=20
-    )
     engine = ContextEngine(store=store, chat_id="saves", user_id="bench")
     await engine.resolve()
     body = text(rng)
@@ -426,8 +441,18 @@ async def bench_saves(
         engine.set(user(body))
         await engine.save()
 
-    ours_save = await median_time(save_one, args.runs * 30, warmup=20)
-    oa_save = await openai_save(url, args) if args.openai else None
+    oa_one = await openai_save(url) if args.openai else None
+    saves = await median_times(
+        [
+            lambda: floor.save("floor-saves", branch.id, state),
+            save_one,
+            *([oa_one] if oa_one else []),
+        ],
+        args.runs * 30,
+        warmup=20,
+    )
+    floor_save, ours_save = saves[0], saves[1]
+    oa_save = saves[2] if oa_one else None
     lines.append(
         row(
             "save, 1 message per call",
@@ -617,16 +642,18 @@ async def _oa_build(url: str, session_id: str, n: int) -> Any:
     return engine
 
 
-async def openai_cold(url: str, chat_id: str, n: int, args: argparse.Namespace) -> float:
+async def openai_cold(url: str, chat_id: str, n: int) -> Callable[[], Awaitable[None]]:
+    """``get_items()`` on a new session over an open engine (the data built first)."""
     engine = await _oa_build(url, chat_id, n)
 
     async def cold() -> None:
         await SQLAlchemySession(chat_id, engine=engine).get_items()
 
-    return await median_time(cold, args.runs)
+    return cold
 
 
-async def openai_prefix(url: str, chat_id: str, n: int, args: argparse.Namespace) -> float:
+async def openai_prefix(url: str, chat_id: str, n: int) -> Callable[[], Awaitable[None]]:
+    """The SDK's "rewind": copying the first half into a new session, then reading it."""
     engine = await _oa_build(url, chat_id, n)
 
     async def copy() -> None:
@@ -635,15 +662,20 @@ async def openai_prefix(url: str, chat_id: str, n: int, args: argparse.Namespace
         await fork.add_items(items[: n // 2])
         await fork.get_items()
 
-    return await median_time(copy, max(3, args.runs // 2))
+    return copy
 
 
-async def openai_save(url: str, args: argparse.Namespace) -> float:
+async def openai_save(url: str) -> Callable[[], Awaitable[None]]:
+    """``add_items()`` of one item on an open session."""
     engine = await _oa_engine(url)
     session = SQLAlchemySession("oa-saves", engine=engine, create_tables=True)
     rng = random.Random(3)
     item = {"role": "user", "content": text(rng)}
-    return await median_time(lambda: session.add_items([item]), args.runs * 30, warmup=20)
+
+    async def add() -> None:
+        await session.add_items([item])
+
+    return add
 
 
 async def openai_bytes(url: str, n: int) -> int:

@@ -35,10 +35,10 @@ from sqlalchemy import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _workload import median_time, ms, ratio, row, text  # noqa: E402
-from bench_store import DEFAULT_PG, _dsn, build_chat  # noqa: E402
+from _workload import median_time, ms, ratio, row, text
+from bench_store import DEFAULT_PG, _dsn, build_chat
 
-from agentcontext import (  # noqa: E402
+from agentcontext import (
     ContextEngine,
     ContextWindow,
     Message,
@@ -66,7 +66,13 @@ async def bench_backend(name: str, url: str, runs: int) -> list[str]:
         small = await median_time(lambda: cold("small"), runs)
         large = await median_time(lambda: cold("large"), runs)
         out.append(
-            row("resolve(), 100k compacted vs 1k", ms(large), ms(small), ratio(large, small), "≤ 1.2x")
+            row(
+                "resolve(), 100k compacted vs 1k",
+                ms(large),
+                ms(small),
+                ratio(large, small),
+                "≤ 1.2x",
+            )
         )
 
         await build_chat(store, "window", 10_000)
@@ -83,10 +89,22 @@ async def bench_backend(name: str, url: str, runs: int) -> list[str]:
         plain = await median_time(lambda: cold("window"), runs)
         fitted = await median_time(windowed, runs)
         out.append(
-            row("resolve(window=), 10k, vs resolve()", ms(fitted), ms(plain), ratio(fitted, plain), "≤ 1.2x")
+            row(
+                "resolve(window=), 10k, vs resolve()",
+                ms(fitted),
+                ms(plain),
+                ratio(fitted, plain),
+                "≤ 1.2x",
+            )
         )
         out.append(
-            row("… the first in the process (counting)", ms(first), ms(plain), ratio(first, plain), "")
+            row(
+                "… the first in the process (counting)",
+                ms(first),
+                ms(plain),
+                ratio(first, plain),
+                "",
+            )
         )
 
         rng = random.Random(3)
@@ -104,9 +122,7 @@ async def bench_backend(name: str, url: str, runs: int) -> list[str]:
             await engine.save()
             previous = [m.id for m in (await engine.resolve(window=turn_window)).messages]
         share = stable / turns
-        out.append(
-            row("turns sending the previous prefix (300)", f"{share:.0%}", "", "", "≥ 90 %")
-        )
+        out.append(row("turns sending the previous prefix (300)", f"{share:.0%}", "", "", "≥ 90 %"))
     return out
 
 

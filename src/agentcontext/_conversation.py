@@ -177,7 +177,9 @@ class ChainCache:
         self.head, self.version = head, version
         self.ids, self.parents, self.messages = ids, parents, messages
         self.index = {message_id: i for i, message_id in enumerate(ids)}
-        self.placeholders = {m.id for m in messages if is_empty_assistant_placeholder(m)}
+        self.placeholders = {
+            m.id for m in messages if m.role == "assistant" and is_empty_assistant_placeholder(m)
+        }
         self.detached = None
         self.expected = None
 
