@@ -13,7 +13,8 @@ varied text (``_workload.py``), in one process, one measure after the other:
   indexed ``SELECT`` and ``json.loads`` per row. Goal: at most 1.5x the floor.
 - **save, 1 message per call**: ``engine.set(user(...)); await engine.save()`` on an open
   engine, against the bare driver writing the same rows in one transaction (bump the chat,
-  insert the message, move the branch head). Goal: at most 1.5x.
+  insert the message and, on SQLite, its full-text entry, move the branch head). Goal: at
+  most 1.5x.
 - **save, 100 per call**: 100 saves of 100 messages into a new chat; the median of the last
   ten against the first ten. Goal: at most 1.2 (it must not grow with the history).
 - **rewind to N/2 + first resolve**: a new engine's ``rewind()`` to the middle message and
@@ -157,6 +158,11 @@ class SqliteFloor:
             "INSERT INTO messages (id, chat_id, parent_id, depth, name, type, data, created_at, "
             "version) VALUES (?, ?, ?, ?, 'user', 'message', ?, ?, ?)",
             (message_id, chat_id, state["head"], state["depth"] + 1, data, now, 1),
+        )
+        # The same search entry the store writes (its tokens: the text's words, lower-cased).
+        await self.db.execute(
+            "INSERT INTO messages_fts (rowid, tokens) VALUES (last_insert_rowid(), ?)",
+            (" ".join(state["text"].lower().split()),),
         )
         await self.db.execute(
             "UPDATE branches SET head_message_id = ?, head_depth = ? WHERE id = ?",

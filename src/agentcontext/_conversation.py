@@ -11,6 +11,7 @@ chain in one more, and decodes the chain's JSON into messages in one validation 
 from __future__ import annotations
 
 import builtins
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -173,7 +174,9 @@ class ChainCache:
         loaded: ChainRows | None = None,
     ) -> None:
         self.summary, self.base = summary, base
-        self.loaded, self.dirty = loaded, builtins.set()
+        # The cache's own lists grow and shrink with the chain: keep the loaded ids apart.
+        self.loaded = None if loaded is None else dataclasses.replace(loaded, ids=list(loaded.ids))
+        self.dirty = builtins.set()
         self.head, self.version = head, version
         self.ids, self.parents, self.messages = ids, parents, messages
         self.index = {message_id: i for i, message_id in enumerate(ids)}
