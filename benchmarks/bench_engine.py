@@ -128,13 +128,11 @@ class RawSqlite:
         await self.db.execute("BEGIN")
         await self.db.execute(
             "INSERT INTO messages (id, chat_id, parent_id, depth, name, type, data, "
-            "search_text, created_at, version) VALUES (?, ?, NULL, 1, 'user', 'message', ?, ?, "
-            "?, 1)",
+            "created_at, version) VALUES (?, ?, NULL, 1, 'user', 'message', ?, ?, 1)",
             (
                 message_id,
                 chat_id,
                 json.dumps(message_data(message_id, 0)),
-                TEXT,
                 datetime.now(UTC).isoformat(timespec="microseconds"),
             ),
         )
@@ -164,12 +162,11 @@ class RawPostgres:
         async with self.conn.transaction():  # BEGIN; INSERT; COMMIT
             await self.conn.execute(
                 "INSERT INTO messages (id, chat_id, parent_id, depth, name, type, data, "
-                "search_text, created_at, version) VALUES ($1, $2, NULL, 1, 'user', 'message', "
-                "$3::jsonb, $4, $5, 1)",
+                "created_at, version) VALUES ($1, $2, NULL, 1, 'user', 'message', "
+                "$3::jsonb, $4, 1)",
                 message_id,
                 chat_id,
                 json.dumps(message_data(message_id, 0)),
-                TEXT,
                 datetime.now(UTC),
             )
 

@@ -154,7 +154,7 @@ async def like_floor(name: str, url: str) -> Callable[[], Awaitable[Any]]:
 
         async def sqlite_scan() -> Any:
             cursor = await db.execute(
-                "SELECT id, data FROM messages WHERE chat_id = ? AND search_text LIKE ?",
+                "SELECT id, data FROM messages WHERE chat_id = ? AND data LIKE ?",
                 ("big", f"%{RARE}%"),
             )
             return await cursor.fetchall()
@@ -166,7 +166,7 @@ async def like_floor(name: str, url: str) -> Callable[[], Awaitable[Any]]:
 
     async def pg_scan() -> Any:
         return await conn.fetch(
-            "SELECT id, data::text FROM messages WHERE chat_id = $1 AND search_text ILIKE $2",
+            "SELECT id, data::text FROM messages WHERE chat_id = $1 AND data::text ILIKE $2",
             "big",
             f"%{RARE}%",
         )
