@@ -95,6 +95,11 @@ def _walk(graph: Graph) -> Iterator[_Placed]:
             yield from tree(node)
 
 
+def _kind(node: GraphNode) -> str:
+    """The role, or ``compaction`` for a compaction summary (see `ContextEngine.compact`)."""
+    return "compaction" if node.type == "compaction" else node.role
+
+
 def _one_line(text: str) -> str:
     """Replace line breaks and other control characters with spaces."""
     return "".join(" " if unicodedata.category(ch) in ("Cc", "Zl", "Zp") else ch for ch in text)
@@ -146,7 +151,7 @@ def visualize_graph(graph: Graph) -> str:
         node = placed.node
         line = (
             f"{placed.prefix}{placed.connector}{_one_line(node.id[:_ID_PREFIX_LENGTH])} "
-            f'({_one_line(node.role)}): "{_one_line(node.preview)}"'
+            f'({_one_line(_kind(node))}): "{_one_line(node.preview)}"'
         )
         if node.id in heads:
             line += f" <- [{', '.join(heads[node.id])}]"
@@ -213,8 +218,9 @@ def graph_to_mermaid(graph: Graph) -> str:
     placed_nodes = [placed.node for placed in _walk(graph)]
     message_ids = {node.id: f"n{index}" for index, node in enumerate(placed_nodes)}
     for node in placed_nodes:
-        label = _mermaid_text(f"{node.role}: {node.preview}")
-        lines.append(f'    {message_ids[node.id]}["{label}"]')
+        label = _mermaid_text(f"{_kind(node)}: {node.preview}")
+        shape = ("{{", "}}") if node.type == "compaction" else ("[", "]")
+        lines.append(f'    {message_ids[node.id]}{shape[0]}"{label}"{shape[1]}')
     edges = [
         f"    {message_ids[node.parent_id]} --> {message_ids[node.id]}"
         for node in placed_nodes

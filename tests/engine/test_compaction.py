@@ -21,8 +21,10 @@ from agentcontext import (
     TextPart,
     assistant,
     every_n_turns,
+    graph_to_mermaid,
     reminder,
     user,
+    visualize_graph,
 )
 from agentcontext.store import SqlContextStore
 from tests.engine._util import texts
@@ -284,3 +286,16 @@ async def test_turns_and_the_first_message_count_what_was_folded(
     fresh.set(reminder("every fourth turn", when=every_n_turns(4)))
     result = await fresh.resolve()
     assert "every fourth turn" in result.messages[-1].text  # turn 8, folded turns included
+
+
+async def test_the_views_mark_the_compaction(
+    store: SqlContextStore, make_engine: EngineFactory
+) -> None:
+    engine = make_engine()
+    await _turns(engine, 0, 4)
+    compaction = await engine.compact(Summaries())
+    graph = await store.get_graph("c1")
+    tree = visualize_graph(graph)
+    assert f"{compaction.id[:8]} (compaction):" in tree
+    mermaid = graph_to_mermaid(graph)
+    assert '{{"compaction#58; summary 1' in mermaid
