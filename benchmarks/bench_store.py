@@ -639,9 +639,19 @@ async def _oa_build(url: str, session_id: str, n: int) -> Any:
     engine = await _oa_engine(url)
     session = SQLAlchemySession(session_id, engine=engine, create_tables=True)
     if not await session.get_items(limit=1):
+        # As the SDK stores a run: user inputs as easy input messages, assistant replies as
+        # the Responses API output items the Runner saves.
         items = [
-            {"role": role, "content": body}
-            for _, role, body in conversation(n, seed=hash(session_id) & 0xFFFF)
+            {"role": "user", "content": body}
+            if role == "user"
+            else {
+                "id": f"msg_{message_id}",
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": body, "annotations": []}],
+            }
+            for message_id, role, body in conversation(n, seed=hash(session_id) & 0xFFFF)
         ]
         for start in range(0, n, 1000):
             await session.add_items(items[start : start + 1000])

@@ -136,8 +136,20 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     env = Env.from_args(args.url, Output())
     handler = cast(Handler, args.handler)
+
+    async def run() -> int:
+        from agentcontext.store._database import driver_threads, settle_driver_threads
+
+        before = driver_threads()
+        try:
+            return await handler(args, env)
+        finally:
+            # The threads of the connections this command opened end while the loop runs,
+            # so nothing prints after it has closed.
+            await settle_driver_threads(since=before)
+
     try:
-        return asyncio.run(handler(args, env))
+        return asyncio.run(run())
     except ContextError as exc:
         _report(str(exc), env.url)
         return exit_code(exc)

@@ -48,7 +48,7 @@ from agentcontext.errors import (
 )
 from agentcontext.store._dialects import Dialect, Mode
 
-__all__ = ["Database"]
+__all__ = ["Database", "driver_threads", "settle_driver_threads"]
 
 T = TypeVar("T")
 
@@ -344,18 +344,7 @@ class Database:
         """
         error = self.translate(exc)
         if self.dialect.is_sqlite and isinstance(error, StoreUnavailableError):
-            workers = [
-                t
-                for t in threading.enumerate()
-                if getattr(t, "_target", None) is not None
-                and getattr(t._target, "__name__", "") == "_connection_worker_thread"  # type: ignore[attr-defined]
-            ]
-            for _ in range(400):  # at most 2 s, on a failure path only
-                if all(worker.is_alive() for worker in workers) and workers:
-                    await asyncio.sleep(0.005)
-                else:
-                    break
-            await asyncio.sleep(0)  # run the callback the thread posted
+            await settle_driver_threads(keep_alive=True)
         return error
 
     def translate(self, exc: BaseException) -> ContextError:
@@ -389,6 +378,42 @@ class Database:
                 f"a number or date is out of the range the database can store ({reason})"
             )
         return StoreError(f"database error on {self.url}: {reason}")
+
+
+def _driver_threads() -> list[threading.Thread]:
+    return [
+        thread
+        for thread in threading.enumerate()
+        if getattr(getattr(thread, "_target", None), "__name__", "") == "_connection_worker_thread"
+    ]
+
+
+def driver_threads() -> set[threading.Thread]:
+    """aiosqlite's worker threads alive now."""
+    return set(_driver_threads())
+
+
+async def settle_driver_threads(
+    *, keep_alive: bool = False, since: set[threading.Thread] | None = None, within: float = 2.0
+) -> None:
+    """Let aiosqlite's worker threads that are stopping finish while the loop still runs.
+
+    aiosqlite stops the thread of a connection that failed to open (or was closed) without
+    waiting for it; the thread then reports to the event loop, and if that loop has closed
+    meanwhile (a command line exiting on the error) it prints a traceback. With
+    ``keep_alive``, wait until one of the threads alive now has ended (the one stopping);
+    otherwise until every thread started after ``since`` (a `driver_threads` snapshot) has.
+    At most ``within`` seconds.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    threads = [t for t in _driver_threads() if since is None or t not in since]
+    while threads and loop.time() < deadline:
+        alive = [thread for thread in threads if thread.is_alive()]
+        if (keep_alive and len(alive) < len(threads)) or (not keep_alive and not alive):
+            break
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0)  # run the callbacks the threads posted
 
 
 class _UnitState:
