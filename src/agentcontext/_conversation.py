@@ -204,7 +204,7 @@ class ChainCache:
             if self.summary is not None:
                 return False
             keep = 0
-        elif message_id == self.base and message_id is not None:
+        elif message_id == self.base:
             keep = 0
         elif message_id in self.index:
             keep = self.index[message_id] + 1
