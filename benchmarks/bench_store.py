@@ -456,6 +456,7 @@ async def bench_saves(
         ],
         args.runs * 30,
         warmup=20,
+        collect=False,  # a server saving turn after turn: no full collection before each
     )
     floor_save, ours_save = saves[0], saves[1]
     oa_save = saves[2] if oa_one else None

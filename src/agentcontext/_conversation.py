@@ -23,7 +23,7 @@ from agentcontext.errors import (
     SerializationError,
 )
 from agentcontext.fragments import is_empty_assistant_placeholder
-from agentcontext.messages import Message
+from agentcontext.messages import Message, TextPart
 from agentcontext.store._rows import gc_paused
 from agentcontext.store.base import EngineStore
 from agentcontext.store.records import (
@@ -50,6 +50,7 @@ COMPACTION = "compaction"
 """The stored type of a compaction summary (a message beside the branch)."""
 
 _MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+_DECODE_BATCH = 500
 
 
 def decode_record(record: MessageRecord) -> Message:
@@ -74,26 +75,52 @@ def decode_record_json(message_id: str, data: str | None) -> Message:
 
 
 def decode_rows(rows: ChainRows) -> list[Message]:
-    """The messages of a stored chain, validated from their JSON in one pass."""
+    """The messages of a stored chain, validated from their JSON a few hundred at a time.
+
+    Each batch is one pydantic-core validation of a JSON array (no per-message call), and
+    small enough that its text and parse tree stay in the processor's caches and reuse the
+    same memory: one array of a whole long chain is slower, and allocates megabytes at once.
+    """
     if not rows.ids:
         return []
-    if any(text is None for text in rows.data):
-        bad = rows.ids[rows.data.index(None)]
+    data = rows.data
+    if any(text is None for text in data):
+        bad = rows.ids[data.index(None)]
         raise SerializationError(f"stored message {bad!r} has no data; it is not a Message")
+    messages: list[Message] = []
+    start = 0
     try:
         with gc_paused():
-            messages = _MESSAGES.validate_json("[" + ",".join(rows.data) + "]")  # type: ignore[arg-type]
+            for start in range(0, len(data), _DECODE_BATCH):
+                batch = data[start : start + _DECODE_BATCH]
+                messages += _MESSAGES.validate_json("[" + ",".join(batch) + "]")  # type: ignore[arg-type]
     except ValidationError as exc:
         index = exc.errors()[0]["loc"][0] if exc.errors() else 0
-        bad = rows.ids[index] if isinstance(index, int) and index < len(rows.ids) else "?"
+        index = start + index if isinstance(index, int) else -1
+        bad = rows.ids[index] if 0 <= index < len(rows.ids) else "?"
         raise SerializationError(
             f"stored message {bad!r} is not a valid Message ({exc.error_count()} errors); it "
             "was written outside the engine with another shape"
         ) from exc
-    for i, (message, message_id) in enumerate(zip(messages, rows.ids, strict=True)):
-        if message.id != message_id:
-            messages[i] = message.model_copy(update={"id": message_id})
+    if [message.id for message in messages] != rows.ids:
+        for i, (message, message_id) in enumerate(zip(messages, rows.ids, strict=True)):
+            if message.id != message_id:
+                messages[i] = message.model_copy(update={"id": message_id})
     return messages
+
+
+def _placeholders(messages: list[Message]) -> builtins.set[str]:
+    """Ids of the empty assistant placeholders among ``messages``."""
+    found: builtins.set[str] = builtins.set()
+    for m in messages:
+        if m.role == "assistant":
+            parts = m.parts
+            # Most replies start with a part that settles it (text with words, a tool call).
+            if parts and (not isinstance(parts[0], TextPart) or parts[0].text.strip()):
+                continue
+            if is_empty_assistant_placeholder(m):
+                found.add(m.id)
+    return found
 
 
 class ChainCache:
@@ -179,10 +206,8 @@ class ChainCache:
         self.dirty = builtins.set()
         self.head, self.version = head, version
         self.ids, self.parents, self.messages = ids, parents, messages
-        self.index = {message_id: i for i, message_id in enumerate(ids)}
-        self.placeholders = {
-            m.id for m in messages if m.role == "assistant" and is_empty_assistant_placeholder(m)
-        }
+        self.index = dict(zip(ids, range(len(ids)), strict=True))
+        self.placeholders = _placeholders(messages)
         self.detached = None
         self.expected = None
 

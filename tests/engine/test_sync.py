@@ -15,6 +15,7 @@ import pytest
 from agentcontext import (
     ContextEngine,
     Message,
+    SerializationError,
     assistant_text,
     user,
 )
@@ -313,3 +314,30 @@ async def test_cold_engine_loads_once_then_catches_up_incrementally(
     await reader.save()
     await reader.resolve()
     assert changes == [2] and loads == ["m19"]  # after its own save: nothing to read
+
+
+async def test_a_long_chain_decodes_in_batches_and_names_a_bad_message(
+    store: SqlContextStore, make_engine: EngineFactory
+) -> None:
+    # More messages than one decoding batch: a message far along the chain whose JSON carries
+    # another id keeps its record id, and one that is not a Message is named in the error.
+    records = []
+    for i in range(1203):
+        record = rec(f"n{i}", "c1", f"n{i - 1}" if i else None)
+        if i == 1100:
+            record = rec("n1100", "c1", "n1099", data={"id": "other", "role": "user", "parts": []})
+        records.append(record)
+    a = make_engine()
+    await a.resolve()
+    await store.add_messages(records)
+    main = await store.get_branch("c1", "main")
+    assert main is not None
+    assert await store.update_branch_head(main.id, "n1202", None)
+    messages = (await make_engine().resolve()).messages
+    assert [m.id for m in messages] == [f"n{i}" for i in range(1203)]
+    assert messages[1100].parts == []
+    bad = rec("n1203", "c1", "n1202", data={"id": "n1203", "role": "robot", "parts": []})
+    await store.add_messages([bad])
+    assert await store.update_branch_head(main.id, "n1203", "n1202")
+    with pytest.raises(SerializationError, match="'n1203'"):
+        await make_engine().resolve()

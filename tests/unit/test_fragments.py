@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentcontext.errors import InvalidInputError, InvalidTypeError
 from agentcontext.fragments import (
@@ -420,3 +423,35 @@ def test_empty_assistant_placeholder_rule() -> None:
     )
     assert not is_empty_assistant_placeholder(make("user"))
     assert is_empty_assistant_placeholder(message_of(assistant_text("")))
+
+
+_PARTS = st.one_of(
+    st.builds(TextPart, text=st.sampled_from(["", " ", "\n\t", "Hi", " Hi", "Hi "])),
+    st.builds(ReasoningPart, text=st.sampled_from(["", "thinking"])),
+    st.builds(
+        ToolPart,
+        tool_call_id=st.just("c"),
+        tool_name=st.just("t"),
+        state=st.just("input-available"),
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["user", "assistant", "system"]), st.lists(_PARTS, max_size=3)),
+        max_size=12,
+    )
+)
+def test_the_chain_cache_finds_exactly_the_placeholders(
+    shapes: list[tuple[str, list[Any]]],
+) -> None:
+    # The cache's scan skips most messages by their first part; it must agree with the rule.
+    from agentcontext._conversation import _placeholders
+
+    messages = [
+        Message(id=f"m{i}", role=role, parts=parts)  # type: ignore[arg-type]
+        for i, (role, parts) in enumerate(shapes)
+    ]
+    assert _placeholders(messages) == {m.id for m in messages if is_empty_assistant_placeholder(m)}
