@@ -402,6 +402,7 @@ class Conversation:
             # The state read when the chat was opened, for the branch it describes.
             head, version = opened.branch.head_message_id, opened.version
             depth, size = opened.head_depth, opened.message_count
+            compactions = opened.has_compactions
         else:
             state = await self.store.get_branch_state(self.branch.id)
             if state is None:
@@ -411,6 +412,7 @@ class Conversation:
             self._fresh = True
             head, version = state.branch.head_message_id, state.version
             depth, size = state.head_depth, state.message_count
+            compactions = state.has_compactions
         if chain.version is not None and chain.version == version and chain.head == head:
             return
         if chain.confirm(version, head):
@@ -421,7 +423,11 @@ class Conversation:
             chain.reset(None, version, [], [], [])
             return
         rows = await self.store.load_chain_rows(
-            self.chat_id, head, head_depth=depth, chat_size=size, compacted=True
+            self.chat_id,
+            head,
+            head_depth=depth,
+            chat_size=size,
+            compacted=compactions is not False,  # unless the chat is known to have none
         )
         summary = None
         if rows.summary_id is not None:

@@ -299,3 +299,39 @@ async def test_the_views_mark_the_compaction(
     assert f"{compaction.id[:8]} (compaction):" in tree
     mermaid = graph_to_mermaid(graph)
     assert '{{"compaction#58; summary 1' in mermaid
+
+
+async def test_a_cold_load_looks_for_compactions_only_in_chats_that_have_one(
+    store: SqlContextStore, make_engine: EngineFactory
+) -> None:
+    from sqlalchemy import event
+
+    engine = make_engine()
+    await _turns(engine, 0, 4)
+    opened = await store.open_chat("c1", user_id="u1")
+    assert opened.has_compactions is False
+    statements: list[str] = []
+
+    def seen(_c, _cur, statement, *_rest) -> None:  # type: ignore[no-untyped-def]
+        statements.append(statement)
+
+    event.listen(store.db.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        await make_engine().resolve()
+        # The chat's state (which says it has no compaction), then the chain: nothing else.
+        assert len([s for s in statements if s.lstrip().upper().startswith("SELECT")]) == 2
+        await engine.compact(Summaries(), keep_last_turns=1)
+        assert (await store.open_chat("c1", user_id="u1")).has_compactions is True
+        assert engine.branch is not None
+        branch = await store.get_branch("c1", engine.branch)
+        assert branch is not None
+        state = await store.get_branch_state(branch.id)
+        assert state is not None and state.has_compactions is True
+        statements.clear()
+        result = await make_engine().resolve()
+        assert (
+            result.messages[0].metadata is not None and "compaction" in result.messages[0].metadata
+        )
+        assert len(result.messages) == 3  # the summary and the kept turn
+    finally:
+        event.remove(store.db.engine.sync_engine, "before_cursor_execute", seen)

@@ -178,9 +178,12 @@ def get_by_id(conn: Connection, branch_id: str) -> Branch | None:
     return None if row is None else _rows.branch(row)
 
 
+# The last column of both states: whether the chat holds a compaction (a probe of the partial
+# index of compactions), so that a chain load of a chat without any does not look for one.
 _STATE = text(
     "SELECT b.id, b.chat_id, b.name, b.head_message_id, b.is_active, b.created_at, "
-    "c.version, c.message_count, b.head_depth "
+    "c.version, c.message_count, b.head_depth, "
+    "EXISTS (SELECT 1 FROM messages AS m WHERE m.chat_id = c.id AND m.type = 'compaction') "
     "FROM branches AS b JOIN chats AS c ON c.id = b.chat_id WHERE b.id = :branch_id"
 )
 
@@ -198,13 +201,15 @@ def state(conn: Connection, dialect: Dialect, branch_id: str) -> BranchState | N
             "version": int(row[6]),
             "message_count": int(row[7]),
             "head_depth": int(row[8]),
+            "has_compactions": bool(row[9]),
         },
     )
 
 
 _CHAT_STATE = text(
     "SELECT c.id, c.user_id, c.title, c.metadata, c.created_at, c.updated_at, c.version, "
-    "c.message_count, b.id, b.name, b.head_message_id, b.created_at, b.head_depth "
+    "c.message_count, b.id, b.name, b.head_message_id, b.created_at, b.head_depth, "
+    "EXISTS (SELECT 1 FROM messages AS m WHERE m.chat_id = c.id AND m.type = 'compaction') "
     "FROM chats AS c LEFT JOIN branches AS b ON b.chat_id = c.id AND b.is_active "
     "WHERE c.id = :chat_id"
 )
@@ -235,6 +240,7 @@ def chat_state(conn: Connection, dialect: Dialect, chat_id: str) -> ChatState | 
             "version": int(row[6]),
             "message_count": int(row[7]),
             "head_depth": int(row[12]),
+            "has_compactions": bool(row[13]),
         },
     )
 

@@ -426,6 +426,7 @@ class ContextStore(abc.ABC):
             version=state.version,
             message_count=state.message_count,
             head_depth=state.head_depth,
+            has_compactions=state.has_compactions,
         )
 
     async def append_turn(

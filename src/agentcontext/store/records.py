@@ -125,6 +125,8 @@ class BranchState(_Record):
     """The length of the branch's chain (0 when it is empty)."""
     message_count: int = 0
     """Messages of the chat on all branches."""
+    has_compactions: bool | None = None
+    """Whether the chat holds compaction summaries (None: not known)."""
 
 
 class ChatState(_Record):
@@ -139,6 +141,9 @@ class ChatState(_Record):
     version: int
     message_count: int
     head_depth: int
+    has_compactions: bool | None = None
+    """Whether the chat holds compaction summaries (None: not known). An engine loading the
+    chain of a chat without any skips looking for one."""
 
 
 @dataclass(frozen=True, slots=True)
