@@ -9,7 +9,7 @@ import asyncio
 import random
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from agentcontext import (
     Compaction,
@@ -304,8 +304,6 @@ async def test_the_views_mark_the_compaction(
 async def test_a_cold_load_looks_for_compactions_only_in_chats_that_have_one(
     store: SqlContextStore, make_engine: EngineFactory
 ) -> None:
-    from sqlalchemy import event
-
     engine = make_engine()
     await _turns(engine, 0, 4)
     opened = await store.open_chat("c1", user_id="u1")

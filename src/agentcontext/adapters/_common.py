@@ -65,6 +65,22 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+def reply_metadata(
+    provider: str, data: Mapping[str, Any], *extra: tuple[str, Any]
+) -> dict[str, Any]:
+    """The metadata of a provider's reply: ``provider``, then ``model``, ``response_id`` and
+    the ``extra`` pairs that are set, then the normalised ``usage`` when the reply has one."""
+    metadata: dict[str, Any] = {"provider": provider}
+    for key, value in (("model", data.get("model")), ("response_id", data.get("id")), *extra):
+        if value is not None:
+            metadata[key] = value
+    if data.get("usage"):
+        from agentcontext.usage import normalize_usage
+
+        metadata["usage"] = normalize_usage(data["usage"])
+    return metadata
+
+
 def parse_data_url(url: str) -> tuple[str, str] | None:
     """Return ``(media_type, base64_data)`` of a ``data:`` URL, or None if it is not one."""
     if not url.startswith("data:") or "," not in url:

@@ -37,6 +37,7 @@ from agentcontext.adapters._common import (
     media_type,
     new_id,
     plain,
+    reply_metadata,
     tool_result_text,
 )
 from agentcontext.errors import InvalidInputError
@@ -284,18 +285,7 @@ def from_anthropic(reply: Any, *, id: str | None = None) -> Message:
                     state="input-available",
                 )
             )
-    metadata: dict[str, Any] = {"provider": "anthropic"}
-    for key, value in (
-        ("model", data.get("model")),
-        ("response_id", data.get("id")),
-        ("stop_reason", data.get("stop_reason")),
-    ):
-        if value is not None:
-            metadata[key] = value
-    if data.get("usage"):
-        from agentcontext.usage import normalize_usage
-
-        metadata["usage"] = normalize_usage(data["usage"])
+    metadata = reply_metadata("anthropic", data, ("stop_reason", data.get("stop_reason")))
     return Message(
         id=id or str(data.get("id") or new_id()), role="assistant", parts=parts, metadata=metadata
     )

@@ -32,6 +32,7 @@ from agentcontext.adapters._common import (
     new_id,
     parse_arguments,
     plain,
+    reply_metadata,
     to_json,
     tool_result_text,
 )
@@ -227,17 +228,7 @@ def from_openai(reply: Any, *, id: str | None = None) -> Message:
             raise InvalidInputError("the ChatCompletion has no choices: nothing to store")
         choice = choices[0]
         message = choice.get("message") or {}
-        for key, value in (
-            ("model", data.get("model")),
-            ("response_id", data.get("id")),
-            ("finish_reason", choice.get("finish_reason")),
-        ):
-            if value is not None:
-                metadata[key] = value
-        if data.get("usage"):
-            from agentcontext.usage import normalize_usage
-
-            metadata["usage"] = normalize_usage(data["usage"])
+        metadata = reply_metadata("openai", data, ("finish_reason", choice.get("finish_reason")))
         message_id = id or str(data.get("id") or new_id())
     elif data.get("role") == "assistant":
         message = data

@@ -29,6 +29,7 @@ from agentcontext.adapters._common import (
     new_id,
     parse_arguments,
     plain,
+    reply_metadata,
     to_json,
     tool_result_text,
 )
@@ -242,13 +243,7 @@ def from_openai_responses(reply: Any, *, id: str | None = None) -> Message:
         items = data.get("output")
         if not isinstance(items, list):
             raise InvalidInputError("the Responses API Response has no output list")
-        for key, value in (("model", data.get("model")), ("response_id", data.get("id"))):
-            if value is not None:
-                metadata[key] = value
-        if data.get("usage"):
-            from agentcontext.usage import normalize_usage
-
-            metadata["usage"] = normalize_usage(data["usage"])
+        metadata = reply_metadata("openai", data)
         message_id = id or str(data.get("id") or new_id())
     else:
         items = data
