@@ -10,6 +10,7 @@ chain in one more, and decodes the chain's JSON into messages in one validation 
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import dataclasses
 from collections.abc import Mapping
@@ -25,7 +26,7 @@ from agentcontext.errors import (
 from agentcontext.fragments import is_empty_assistant_placeholder
 from agentcontext.messages import Message, TextPart
 from agentcontext.store._rows import gc_paused
-from agentcontext.store.base import EngineStore
+from agentcontext.store.base import EngineStore, JoinedTransaction
 from agentcontext.store.records import (
     Branch,
     BranchInfo,
@@ -333,17 +334,45 @@ class Conversation:
         chat_id: str,
         user_id: str,
         metadata: Mapping[str, Any] | None,
+        write_lock: asyncio.Lock,
     ) -> None:
         self.store = store
         self.chat_id = chat_id
         self.user_id = user_id
+        self.write_lock = write_lock
+        """The chat's write turn among the engines of this process (see ``_save``)."""
         self.chat: Chat | None = None
         self.branch: Branch | None = None
         self.chain = ChainCache()
-        self._initial_metadata = None if metadata is None else dict(metadata)
+        self._metadata = None if metadata is None else dict(metadata)
+        self._initial_metadata = self._metadata
         self._opened: ChatState | None = None
         self._fresh = False
         """Whether ``branch`` was read from the store during the current public call."""
+        self.joined: JoinedTransaction | None = None
+        """The caller's transaction (``store.using()``) the engine last worked in."""
+
+    # --- a caller's transaction -------------------------------------------------------------
+
+    def follow_transaction(self) -> bool:
+        """Before a call: forget everything seen inside a caller's transaction that rolled
+        back since (the chat, its branch and chain are read again). True if it did."""
+        joined = self.joined
+        if joined is None or joined.is_open:
+            return False
+        self.joined = None
+        if not joined.rolled_back:
+            return False
+        self.chat, self.branch, self._opened = None, None, None
+        self.chain = ChainCache()
+        self._initial_metadata = self._metadata  # merged again if the merge was undone
+        return True
+
+    def note_transaction(self) -> None:
+        """After a call: remember the caller's transaction it ran in, if any."""
+        joined = self.store.current_transaction()
+        if joined is not None:
+            self.joined = joined
 
     # --- opening ----------------------------------------------------------------------------
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
+import weakref
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 
 from pydantic import BaseModel, ConfigDict
 
@@ -45,6 +47,42 @@ class SaveResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     head_message_id: str | None
+
+
+_WRITE_LOCKS: weakref.WeakKeyDictionary[object, weakref.WeakValueDictionary[str, asyncio.Lock]]
+_WRITE_LOCKS = weakref.WeakKeyDictionary()
+
+
+def chat_write_lock(store: object, chat_id: str) -> asyncio.Lock:
+    """One lock per store and chat, shared by the engines of this process.
+
+    Writers of one chat in one process take turns instead of racing each other's
+    compare-and-swap (which costs every loser a wasted transaction); writers in other
+    processes are still handled by the compare-and-swap. The lock lives while an engine of
+    the chat holds it (`Conversation.write_lock`).
+    """
+    locks = _WRITE_LOCKS.get(store)
+    if locks is None:
+        locks = _WRITE_LOCKS[store] = weakref.WeakValueDictionary()
+    lock = locks.get(chat_id)
+    if lock is None:
+        lock = locks[chat_id] = asyncio.Lock()
+    return lock
+
+
+@asynccontextmanager
+async def _writing(conv: Conversation) -> AsyncIterator[None]:
+    """Take the chat's write turn, unless the save joins a caller's transaction.
+
+    A save inside ``store.using()`` never waits here: a writer outside that transaction may
+    hold the lock while it waits for the transaction to end (the store makes it wait), and
+    the transaction's own database locks order the writers inside it.
+    """
+    if conv.store.current_transaction() is not None:
+        yield
+        return
+    async with conv.write_lock:
+        yield
 
 
 def record_of(conv: Conversation, message: Message, parent_id: str | None) -> MessageRecord:
@@ -105,9 +143,7 @@ async def _applied_in_store(
     return count
 
 
-async def save_turn(
-    conv: Conversation, messages: list[Message], *, branch: bool, lock: asyncio.Lock
-) -> SaveResult:
+async def save_turn(conv: Conversation, messages: list[Message], *, branch: bool) -> SaveResult:
     """Write a turn after the head of the engine's branch (see the module documentation)."""
     assert conv.branch is not None
     chain = conv.chain
@@ -123,7 +159,7 @@ async def save_turn(
         # no record that would name itself as its parent).
         return await fork_for_update(conv, messages, on_chain[0])
     known: set[str] = set() if branch else set(on_chain)
-    async with lock:
+    async with _writing(conv):
         return await _attempt(conv, messages, expected, known, branch=branch)
 
 

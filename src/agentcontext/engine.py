@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -26,7 +25,7 @@ from agentcontext._compaction import Compaction, Summarizer
 from agentcontext._compaction import compact as compact_branch
 from agentcontext._conversation import DELETED, Conversation, decode_record
 from agentcontext._reminding import remind, without_reminders
-from agentcontext._save import SaveResult, save_turn
+from agentcontext._save import SaveResult, chat_write_lock, save_turn
 from agentcontext._window import ContextWindow, fit
 from agentcontext.errors import (
     BranchNotFoundError,
@@ -102,28 +101,6 @@ class InspectResult(BaseModel):
     fragments: InspectFragments
     graph: Graph
     meta: InspectMeta
-
-
-_WRITE_LOCKS: weakref.WeakKeyDictionary[
-    ContextStore, weakref.WeakValueDictionary[str, asyncio.Lock]
-]
-_WRITE_LOCKS = weakref.WeakKeyDictionary()
-
-
-def _chat_write_lock(store: ContextStore, chat_id: str) -> asyncio.Lock:
-    """One lock per store and chat, shared by the engines of this process.
-
-    Writers of one chat in one process take turns instead of racing each other's
-    compare-and-swap (which costs every loser a wasted transaction); writers in other
-    processes are still handled by the compare-and-swap.
-    """
-    locks = _WRITE_LOCKS.get(store)
-    if locks is None:
-        locks = _WRITE_LOCKS[store] = weakref.WeakValueDictionary()
-    lock = locks.get(chat_id)
-    if lock is None:
-        lock = locks[chat_id] = asyncio.Lock()
-    return lock
 
 
 def _usage_dict(usage: object) -> dict[str, Any]:
@@ -208,11 +185,13 @@ class ContextEngine:
             raise InvalidTypeError(f"store must be a ContextStore, got {v.type_name(store)}")
         self._store = store
         checked_metadata = None if metadata is None else v.check_json_object(metadata, "metadata")
+        checked_chat = v.check_id(chat_id, "chat_id")
         self._conv = Conversation(
             store,
-            v.check_id(chat_id, "chat_id"),
+            checked_chat,
             v.check_id(user_id, "user_id"),
             checked_metadata,
+            chat_write_lock(store, checked_chat),
         )
         v.check_int(lazy_max_depth, "lazy_max_depth", minimum=1)
         v.check_int(lazy_max_items, "lazy_max_items", minimum=0)
@@ -221,7 +200,6 @@ class ContextEngine:
         self._pending: list[ContextFragment] = []
         self._turn: str | None = None
         self._lock = asyncio.Lock()
-        self._write_lock = _chat_write_lock(store, self._conv.chat_id)
 
     # --- properties -------------------------------------------------------------------------
 
@@ -316,6 +294,8 @@ class ContextEngine:
     async def _session(self) -> AsyncIterator[None]:
         """Hold the engine's lock, initialised; name a chat deleted under the engine clearly."""
         async with self._lock:
+            if self._conv.follow_transaction():
+                self._turn = None  # its placeholder was rolled back with it
             try:
                 await self._conv.open()
                 yield
@@ -325,6 +305,7 @@ class ContextEngine:
                 raise self._conv.deleted_error() from exc
             finally:
                 self._conv.end_call()
+                self._conv.note_transaction()
 
     # --- resolve ----------------------------------------------------------------------------
 
@@ -568,7 +549,7 @@ class ContextEngine:
                 await self._conv.sync()
             await remind(self, ("user",))
             messages = self._pending_messages()
-            result = await save_turn(self._conv, messages, branch=branch, lock=self._write_lock)
+            result = await save_turn(self._conv, messages, branch=branch)
             self._pending.clear()
             return result
 

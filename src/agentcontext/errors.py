@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "BranchExistsError",
     "BranchNotFoundError",
+    "ChatBusyError",
     "ChatExistsError",
     "ChatNotFoundError",
     "ChatOwnershipError",
@@ -25,6 +26,7 @@ __all__ = [
     "InvalidTypeError",
     "MessageNotFoundError",
     "ContextWindowError",
+    "CorruptDataError",
     "ModelNotFoundError",
     "NotFoundError",
     "SchemaOutdatedError",
@@ -173,6 +175,36 @@ class StoreUnavailableError(StoreError):
 
 class StoreClosedError(StoreError):
     """The store was closed; create a new one."""
+
+
+class ChatBusyError(StoreError):
+    """A write waited too long for a chat held by an uncommitted transaction of this process
+    (``store.using()`` or ``store.begin()``); nothing was written. Commit or roll back that
+    transaction, or give the store a longer ``lock_timeout``."""
+
+
+class CorruptDataError(StoreError):
+    """A stored row cannot be decoded: it was damaged or written outside agentcontext.
+
+    The message names the table, the chat and the row's id and says what is wrong; the
+    attributes carry the same.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str | None = None,
+        chat_id: str | None = None,
+        row_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.table = table
+        """The table of the damaged row (``messages``, ``chats``, ...)."""
+        self.chat_id = chat_id
+        """The chat the row belongs to, when known."""
+        self.row_id = row_id
+        """The id of the damaged row (a message id, a chat id, ...), when known."""
 
 
 class SchemaOutdatedError(StoreError):

@@ -28,17 +28,19 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping
+import weakref
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, event
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from agentcontext import _validate as v
 from agentcontext.errors import (
+    ChatBusyError,
     ContextError,
     InvalidInputError,
     InvalidTypeError,
@@ -46,19 +48,126 @@ from agentcontext.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from agentcontext.store._dialects import Dialect, Mode
+from agentcontext.store._dialects import BEGIN_OPTION, Dialect, Mode
 
-__all__ = ["Database", "driver_threads", "settle_driver_threads"]
+__all__ = ["Database", "Transaction", "driver_threads", "settle_driver_threads"]
 
 T = TypeVar("T")
 
 SETTLE_SECONDS = 30.0
 """Longest a cancelled call waits for its unit of work to commit or roll back."""
 
-_BOUND: contextvars.ContextVar[Mapping[int, AsyncConnection]] = contextvars.ContextVar(
+_BOUND: contextvars.ContextVar[Mapping[int, _Binding]] = contextvars.ContextVar(
     "agentcontext_bound_connections"
 )
-"""The caller connections of ``store.using(...)`` blocks of the current task, by database."""
+"""The ``store.using(...)`` blocks the current task runs in, by database. Tasks started inside
+a block inherit it (a copy of the context): their calls run on the same connection, one at a
+time."""
+
+
+class Transaction:
+    """A caller's transaction that a store's calls joined (``store.using`` / ``store.begin``).
+
+    Open until the caller commits or rolls back (SQLAlchemy's ``commit`` and ``rollback``
+    events of the connection say when); an engine that wrote in it checks `rolled_back` on
+    its next call, and writers outside it wait for `wait`.
+    """
+
+    __slots__ = ("_callbacks", "_ended", "state")
+
+    def __init__(self) -> None:
+        self.state: Literal["open", "committed", "rolled back"] = "open"
+        self._ended: asyncio.Event | None = None
+        self._callbacks: list[Callable[[], None]] = []
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the caller has not committed or rolled back yet."""
+        return self.state == "open"
+
+    @property
+    def rolled_back(self) -> bool:
+        """Whether the caller rolled back (or closed the connection without committing)."""
+        return self.state == "rolled back"
+
+    def on_end(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the transaction ends (at once if it has)."""
+        if self.is_open:
+            self._callbacks.append(callback)
+        else:
+            callback()
+
+    def end(self, state: Literal["committed", "rolled back"]) -> None:
+        if not self.is_open:
+            return
+        self.state = state
+        if self._ended is not None:
+            self._ended.set()
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    async def wait(self, seconds: float) -> bool:
+        """Wait until the transaction ends; False if it is still open after ``seconds``."""
+        if not self.is_open:
+            return True
+        if self._ended is None:
+            self._ended = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._ended.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+
+class _Watch:
+    """What the store knows of one caller connection: its current transaction (followed
+    through the connection's events), the lock that makes the store's units on it take
+    turns, and which database it reaches."""
+
+    __slots__ = ("__weakref__", "identity", "lock", "transaction")
+
+    def __init__(self, sync_connection: Connection) -> None:
+        self.transaction = Transaction()
+        self.lock = asyncio.Lock()
+        self.identity: tuple[Any, ...] | None = None
+        ref = weakref.ref(self)
+
+        def ended(state: Literal["committed", "rolled back"]) -> Callable[[Connection], None]:
+            def listener(_conn: Connection) -> None:
+                watch = ref()
+                if watch is not None:
+                    finished, watch.transaction = watch.transaction, Transaction()
+                    finished.end(state)
+
+            return listener
+
+        event.listen(sync_connection, "commit", ended("committed"))
+        event.listen(sync_connection, "rollback", ended("rolled back"))
+
+
+_WATCHES: weakref.WeakKeyDictionary[Connection, _Watch] = weakref.WeakKeyDictionary()
+
+
+def _watch(connection: AsyncConnection) -> _Watch:
+    sync_connection = connection.sync_connection
+    assert sync_connection is not None
+    watch = _WATCHES.get(sync_connection)
+    if watch is None:
+        watch = _WATCHES[sync_connection] = _Watch(sync_connection)
+    return watch
+
+
+class _Binding:
+    """One ``store.using(connection)`` block."""
+
+    __slots__ = ("active", "connection", "watch")
+
+    def __init__(self, connection: AsyncConnection, watch: _Watch) -> None:
+        self.connection = connection
+        self.watch = watch
+        self.active = True
+
 
 _CONNECTION_ERRORS = frozenset(
     {
@@ -112,8 +221,11 @@ class Database:
         owns_engine: bool,
         memory: bool,
         prepare: Callable[[Database], Any],
+        lock_timeout: float = 30.0,
     ) -> None:
         self.engine = engine
+        self.lock_timeout = lock_timeout
+        """Longest a write waits for a chat held by an open transaction of this process."""
         self.dialect = dialect
         self.url = engine.url.render_as_string(hide_password=True)
         self._sync_engine = engine.sync_engine
@@ -128,6 +240,11 @@ class Database:
         self._init_lock: asyncio.Lock | None = None
         self._write_lock: asyncio.Lock | None = None
         self._all_lock: asyncio.Lock | None = None
+        self._holds: dict[str, Transaction] = {}
+        """Chats written by a caller's transaction still open (``store.using``), by chat."""
+        self._exclusive: Transaction | None = None
+        """In memory: the caller's transaction that has the one connection to itself."""
+        self._identity: tuple[Any, ...] | None = None
 
     # --- state ----------------------------------------------------------------------------
 
@@ -182,7 +299,12 @@ class Database:
     # --- units of work ----------------------------------------------------------------------
 
     async def run(
-        self, mode: Mode, unit: Callable[[Connection], T], *, idempotent: bool = False
+        self,
+        mode: Mode,
+        unit: Callable[[Connection], T],
+        *,
+        idempotent: bool = False,
+        chat: str | Collection[str] | None = None,
     ) -> T:
         """Run ``unit(connection)`` as one unit of work and return its result.
 
@@ -191,15 +313,29 @@ class Database:
         a single statement that is atomic on its own (no BEGIN/COMMIT round trips).
         ``idempotent`` allows an atomic unit to run again after a lost connection (its own
         condition, such as a compare-and-swap, refuses a second application).
+
+        ``chat`` names the chat(s) a write changes. Inside ``store.using()`` the caller's
+        transaction then holds them until it ends; a write outside waits for that (at most
+        ``lock_timeout``, then `ChatBusyError`) instead of blocking on the database's locks,
+        so the two never deadlock.
         """
         loop = self._check_loop()
         self.check_open()
         if not self._ready:
             await self.initialize()
-        bound = _BOUND.get({}).get(id(self))
-        if bound is not None:
-            return await self._run_bound(bound, mode, unit)
-        task = loop.create_task(self._run_unit(mode, unit, idempotent))
+        chats = (
+            ()
+            if chat is None or mode in ("read", "snapshot")
+            else ((chat,) if isinstance(chat, str) else tuple(chat))
+        )
+        binding = _BOUND.get({}).get(id(self))
+        if binding is not None:
+            runner = self._run_bound(binding, mode, unit, chats)
+        else:
+            if chats and self._holds:
+                await self._wait_for_holds(chats)
+            runner = self._run_unit(mode, unit, idempotent)
+        task = loop.create_task(runner)
         self._inflight.add(task)
         task.add_done_callback(self._finished)
         try:
@@ -209,27 +345,92 @@ class Database:
             await asyncio.wait({task}, timeout=SETTLE_SECONDS)
             raise
 
+    def transaction(self) -> Transaction | None:
+        """The caller's transaction the current task's calls run in (``using``), or None."""
+        binding = _BOUND.get({}).get(id(self))
+        return None if binding is None else binding.watch.transaction
+
+    async def _wait_for_holds(
+        self, chats: Collection[str], *, mine: Transaction | None = None
+    ) -> None:
+        """Wait until no other open caller transaction holds one of ``chats``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.lock_timeout
+        for chat_id in chats:
+            while True:
+                holder = self._holds.get(chat_id)
+                if holder is None or holder is mine or not holder.is_open:
+                    break
+                if not await holder.wait(max(0.0, deadline - loop.time())):
+                    raise ChatBusyError(
+                        f"chat {chat_id!r} is held by a transaction of this process "
+                        "(store.using() or store.begin()) that did not commit or roll back "
+                        f"within {self.lock_timeout:g} s; nothing was written. End that "
+                        "transaction first, or give the store a longer lock_timeout"
+                    )
+
+    def _hold(self, chats: Collection[str], transaction: Transaction) -> None:
+        for chat_id in chats:
+            if self._holds.get(chat_id) is transaction:
+                continue
+            self._holds[chat_id] = transaction
+
+            def release(chat_id: str = chat_id) -> None:
+                if self._holds.get(chat_id) is transaction:
+                    del self._holds[chat_id]
+
+            transaction.on_end(release)
+
     def _finished(self, task: asyncio.Task[Any]) -> None:
         self._inflight.discard(task)
         if not task.cancelled():
             task.exception()  # retrieved: a caller that stopped waiting is not told twice
 
     async def _run_unit(self, mode: Mode, unit: Callable[[Connection], T], idempotent: bool) -> T:
-        lock: AbstractAsyncContextManager[Any] = nullcontext()
         if self._all_lock is not None:
-            lock = self._all_lock
-        elif mode in ("write", "atomic") and self._write_lock is not None:
+            await self._acquire_memory()
+            try:
+                return await self._run_unit_locked(mode, unit, idempotent)
+            finally:
+                self._all_lock.release()
+        lock: AbstractAsyncContextManager[Any] = nullcontext()
+        if mode in ("write", "atomic") and self._write_lock is not None:
             lock = self._write_lock
         async with lock:
-            for attempt in (0, 1):
-                state = _UnitState(mode, idempotent)
-                try:
-                    return await greenlet_spawn(self._sync_unit, mode, unit, state)
-                except ContextError:
-                    raise
-                except (SQLAlchemyError, OSError, TimeoutError) as exc:
-                    if not (attempt == 0 and is_connection_error(exc) and state.may_retry()):
-                        raise await self.failed(exc) from exc
+            return await self._run_unit_locked(mode, unit, idempotent)
+
+    async def _acquire_memory(self) -> None:
+        """Take the in-memory database's one connection, once no caller's transaction has it
+        to itself (waiting at most ``lock_timeout`` for one)."""
+        assert self._all_lock is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.lock_timeout
+        while True:
+            await self._all_lock.acquire()
+            holder = self._exclusive
+            if holder is None or not holder.is_open:
+                return
+            self._all_lock.release()
+            if not await holder.wait(max(0.0, deadline - loop.time())):
+                raise ChatBusyError(
+                    "the in-memory database's one connection is in a transaction of this "
+                    "process (store.using() or store.begin()) that did not commit or roll back "
+                    f"within {self.lock_timeout:g} s; nothing was done. End that transaction "
+                    "first, or give the store a longer lock_timeout"
+                )
+
+    async def _run_unit_locked(
+        self, mode: Mode, unit: Callable[[Connection], T], idempotent: bool
+    ) -> T:
+        for attempt in (0, 1):
+            state = _UnitState(mode, idempotent)
+            try:
+                return await greenlet_spawn(self._sync_unit, mode, unit, state)
+            except ContextError:
+                raise
+            except (SQLAlchemyError, OSError, TimeoutError) as exc:
+                if not (attempt == 0 and is_connection_error(exc) and state.may_retry()):
+                    raise await self.failed(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _sync_unit(self, mode: Mode, unit: Callable[[Connection], T], state: _UnitState) -> T:
@@ -256,19 +457,51 @@ class Database:
             return result
 
     async def _run_bound(
-        self, conn: AsyncConnection, mode: Mode, unit: Callable[[Connection], T]
+        self,
+        binding: _Binding,
+        mode: Mode,
+        unit: Callable[[Connection], T],
+        chats: Collection[str],
     ) -> T:
-        try:
+        watch = binding.watch
+        async with watch.lock:  # tasks started inside the block take turns
+            conn = binding.connection
+            if not binding.active:
+                raise StoreError(
+                    "this call was started inside a store.using() (or store.begin()) block "
+                    "that has ended; nothing was done. Await the tasks you start inside the "
+                    "block before it ends"
+                )
+            if conn.closed or not conn.in_transaction():
+                raise StoreError(
+                    "the connection given to store.using() is no longer in a transaction "
+                    "(it was committed, rolled back or closed inside the block); nothing was "
+                    "done. Begin a new transaction and a new store.using() block"
+                )
+            transaction = watch.transaction
             if mode in ("read", "snapshot"):
-                return await conn.run_sync(unit)
+                call = unit
+            else:
+                if chats:
+                    await self._wait_for_holds(chats, mine=transaction)
+                    self._hold(chats, transaction)
+                call = self._savepoint(unit)
+            try:
+                return await conn.run_sync(call)
+            except ContextError:
+                raise
+            except (SQLAlchemyError, OSError, TimeoutError) as exc:
+                raise await self.failed(exc) from exc
+
+    def _savepoint(self, unit: Callable[[Connection], T]) -> Callable[[Connection], T]:
+        def run(conn: Connection) -> T:
+            self.dialect.join_transaction(conn)
             # A SAVEPOINT: a unit that fails (a head conflict, say) leaves the caller's
             # transaction as it was, and usable.
-            async with conn.begin_nested():
-                return await conn.run_sync(unit)
-        except ContextError:
-            raise
-        except (SQLAlchemyError, OSError, TimeoutError) as exc:
-            raise await self.failed(exc) from exc
+            with conn.begin_nested():
+                return unit(conn)
+
+        return run
 
     # --- the caller's transaction -------------------------------------------------------------
 
@@ -286,25 +519,121 @@ class Database:
             raise InvalidInputError("store.using() was given a closed connection")
         if connection.dialect.name != self.dialect.name:
             raise InvalidInputError(
-                f"store.using() needs a connection to the store's database ({self.dialect.name}),"
-                f" got one to {connection.dialect.name}"
+                f"store.using() needs a connection to the store's database ({self.url}), got "
+                f"one to a {connection.dialect.name} database"
             )
         if not connection.in_transaction():
             raise InvalidInputError(
                 "store.using() needs a connection inside a transaction, so the store's writes "
                 "commit or roll back with yours: async with engine.begin() as conn: ..."
             )
+        if connection.sync_connection is not None and _autocommit(connection.sync_connection):
+            raise InvalidInputError(
+                "store.using() was given a connection in AUTOCOMMIT isolation: every statement "
+                "commits at once, so a rollback could not undo the store's writes. Use a "
+                "connection with a real transaction (the engine's default isolation level)"
+            )
+        if id(self) in _BOUND.get({}):
+            raise InvalidInputError("store.using() blocks of one store cannot be nested")
         if not self._ready:
             await self.initialize()
-        bound = dict(_BOUND.get({}))
-        if id(self) in bound:
-            raise InvalidInputError("store.using() blocks of one store cannot be nested")
-        bound[id(self)] = connection
-        token = _BOUND.set(bound)
+        watch = _watch(connection)
+        await self._check_same_database(connection, watch)
+        exclusive = self._memory and self._exclusive is not watch.transaction
+        if exclusive:
+            await self._take_memory(watch.transaction)
+        binding = _Binding(connection, watch)
+        token = _BOUND.set({**_BOUND.get({}), id(self): binding})
         try:
             yield
         finally:
+            binding.active = False
             _BOUND.reset(token)
+
+    async def _take_memory(self, transaction: Transaction) -> None:
+        """In memory, give a caller's transaction the one connection until it ends."""
+        await self._acquire_memory()
+        try:
+            self._exclusive = transaction
+        finally:
+            assert self._all_lock is not None
+            self._all_lock.release()
+
+        def release() -> None:
+            if self._exclusive is transaction:
+                self._exclusive = None
+
+        transaction.on_end(release)
+
+    async def _check_same_database(self, connection: AsyncConnection, watch: _Watch) -> None:
+        """Refuse a connection to another database than the store's."""
+        if self._memory:
+            # An in-memory database is reachable only through the store's own engine (its one
+            # connection): asking it would run a unit of the store beside the caller's
+            # transaction on that connection.
+            if connection.engine.sync_engine is self._sync_engine:
+                return
+            theirs = connection.engine.url.render_as_string(hide_password=True)
+            raise InvalidInputError(
+                f"store.using() was given a connection to another database ({theirs}) than "
+                f"the store's in-memory one ({self.url}); pass a connection of the store's own "
+                "engine (store.engine.begin())"
+            )
+        if watch.identity is None:
+            try:
+                watch.identity = await connection.run_sync(self.dialect.database_identity)
+            except (SQLAlchemyError, OSError, TimeoutError) as exc:
+                raise await self.failed(exc) from exc
+        if watch.identity != await self._own_identity():
+            theirs = connection.engine.url.render_as_string(hide_password=True)
+            raise InvalidInputError(
+                f"store.using() was given a connection to another database ({theirs}) than "
+                f"the store's ({self.url}); the store's writes would land there. Pass a "
+                "connection of the store's own database (store.engine.begin(), say)"
+            )
+
+    async def _own_identity(self) -> tuple[Any, ...]:
+        if self._identity is None:
+            self._identity = await self.run("read", self.dialect.database_identity)
+        return self._identity
+
+    @asynccontextmanager
+    async def begin(self) -> AsyncIterator[AsyncConnection]:
+        """A transaction on the store's engine with this task's calls in it (``store.begin``).
+
+        On SQLite it takes the write lock up front (``BEGIN IMMEDIATE``); in memory it has the
+        one connection to itself until it ends.
+        """
+        self._check_loop()
+        self.check_open()
+        if not self._ready:
+            await self.initialize()
+        transaction: Transaction | None = None
+        if self._memory:
+            # The placeholder is swapped for the connection's transaction below; meanwhile no
+            # other task's unit may start on the shared connection.
+            transaction = Transaction()
+            await self._take_memory(transaction)
+        try:
+            async with self.engine.connect() as conn:
+                await conn.execution_options(**{BEGIN_OPTION: "immediate"})
+                watch = _watch(conn)
+                async with conn.begin():
+                    if transaction is not None:
+                        self._exclusive = watch.transaction
+                        watch.transaction.on_end(self._release_exclusive(watch.transaction))
+                    async with self.using(conn):
+                        yield conn
+        finally:
+            if transaction is not None:
+                transaction.end("committed")
+
+    def _release_exclusive(self, transaction: Transaction) -> Callable[[], None]:
+        def release() -> None:
+            if self._exclusive is transaction:
+                self._exclusive = None
+
+        return release
 
     @property
     def bound(self) -> bool:
@@ -363,6 +692,13 @@ class Database:
                     "a new file or restore this one from a backup"
                 )
             if "database is locked" in reason:
+                if any(holder.is_open for holder in self._holds.values()):
+                    return ChatBusyError(
+                        f"the SQLite database at {self.url} is locked by an open transaction of "
+                        "this process (store.using() or store.begin()) that did not end within "
+                        "the busy timeout (sqlite_busy_timeout); nothing was written. End that "
+                        "transaction first"
+                    )
                 return StoreUnavailableError(
                     f"the SQLite database at {self.url} stayed locked by another process for "
                     "longer than the busy timeout (sqlite_busy_timeout); retry, or let that "
@@ -433,3 +769,11 @@ class _UnitState:
         if self.mode in ("read", "snapshot") or self.idempotent:
             return True
         return self.mode == "write" and not self.committing
+
+
+def _autocommit(connection: Connection) -> bool:
+    """Whether a connection runs in AUTOCOMMIT isolation (no transaction to join)."""
+    level = connection.get_execution_options().get("isolation_level")
+    if level is None:  # the engine's own level (create_engine(isolation_level=...))
+        level = getattr(connection.engine.dialect, "_on_connect_isolation_level", None)
+    return isinstance(level, str) and level.upper() == "AUTOCOMMIT"

@@ -13,6 +13,7 @@ The rest of the store is written once, against `Dialect`.
 from __future__ import annotations
 
 import abc
+import os
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -110,6 +111,14 @@ class Dialect(abc.ABC):
     @abc.abstractmethod
     def prepare(self, conn: Connection, mode: Mode) -> None:
         """Set a freshly checked-out connection up for a unit of work."""
+
+    def join_transaction(self, conn: Connection) -> None:  # noqa: B027 - optional
+        """Make sure a real transaction is open on a caller's connection (``store.using``)
+        before the store writes on it, so the caller's rollback undoes the store's writes."""
+
+    @abc.abstractmethod
+    def database_identity(self, conn: Connection) -> tuple[Any, ...]:
+        """What tells the database ``conn`` reaches apart from any other database."""
 
     # --- values ------------------------------------------------------------------------------
 
@@ -383,6 +392,24 @@ class SqliteDialect(Dialect):
         elif mode != "snapshot":
             conn.execution_options(**{BEGIN_OPTION: "none"})
 
+    def join_transaction(self, conn: Connection) -> None:
+        # The sqlite3 module opens a transaction only before INSERT, UPDATE and DELETE, and
+        # an engine without the store's begin hook emits no BEGIN: a store's SAVEPOINT would
+        # then open the transaction itself and its RELEASE would commit it. The write lock is
+        # taken now, so a read-then-write never fails half-way with "database is locked".
+        driver = conn.connection.driver_connection
+        if not getattr(driver, "in_transaction", True):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    def database_identity(self, conn: Connection) -> tuple[Any, ...]:
+        for row in conn.exec_driver_sql("PRAGMA database_list").all():
+            if row[1] == "main":
+                if row[2]:
+                    return ("file", os.path.realpath(row[2]))
+                break
+        # In memory: the database lives and dies with its one driver connection.
+        return ("memory", id(conn.connection.driver_connection))
+
     def encode_time(self, moment: datetime) -> str:
         return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
@@ -589,6 +616,15 @@ class PostgresDialect(Dialect):
         elif mode != "write" and not self.pgbouncer:
             # No BEGIN and COMMIT round trips for lone statements.
             conn.execution_options(isolation_level="AUTOCOMMIT")
+
+    def database_identity(self, conn: Connection) -> tuple[Any, ...]:
+        # The database's oid and the server's start time tell apart databases of one name on
+        # two servers (or ports), and reach the same answer through PgBouncer.
+        row = conn.exec_driver_sql(
+            "SELECT current_database(), d.oid, pg_postmaster_start_time() "
+            "FROM pg_database AS d WHERE d.datname = current_database()"
+        ).one()
+        return ("postgresql", row[0], int(row[1]), row[2].isoformat())
 
     def encode_time(self, moment: datetime) -> datetime:
         return moment.astimezone(UTC)

@@ -53,6 +53,9 @@ class StoreOptions:
     sqlite_synchronous: str = "normal"
     """``"normal"`` (a killed process loses nothing, a power cut may lose the last commits) or
     ``"full"`` (every commit is on disk before it returns)."""
+    lock_timeout: float = 30.0
+    """Seconds a write waits for a chat held by an uncommitted transaction of this process
+    (``store.using()`` / ``store.begin()``) before it fails with `ChatBusyError`."""
     echo: bool = False
     """Log every statement (SQLAlchemy's ``echo``)."""
     connect_args: Mapping[str, Any] | None = None
@@ -89,12 +92,13 @@ class StoreOptions:
             "connect_timeout",
             "command_timeout",
             "sqlite_busy_timeout",
+            "lock_timeout",
         ):
             _check_seconds(given.get(name), name)
         for name in ("pgbouncer", "echo"):
             if name in given:
                 v.check_bool(given[name], name)
-        for name in ("connect_timeout", "sqlite_busy_timeout"):
+        for name in ("connect_timeout", "sqlite_busy_timeout", "lock_timeout"):
             if name in given and given[name] is None:
                 raise InvalidTypeError(f"{name} must be a number of seconds, got None")
         if "sqlite_synchronous" in given:

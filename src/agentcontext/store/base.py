@@ -30,7 +30,21 @@ from agentcontext.store.records import (
     SearchResult,
 )
 
-__all__ = ["AppendResult", "ContextStore", "EngineStore"]
+__all__ = ["AppendResult", "ContextStore", "EngineStore", "JoinedTransaction"]
+
+
+class JoinedTransaction(Protocol):
+    """A caller's transaction that a store's calls joined (``store.using()``)."""
+
+    @property
+    def is_open(self) -> bool:
+        """Whether it has neither committed nor rolled back yet."""
+        ...
+
+    @property
+    def rolled_back(self) -> bool:
+        """Whether it rolled back (everything the store wrote in it is gone)."""
+        ...
 
 
 class AppendResult(BaseModel):
@@ -410,6 +424,14 @@ class ContextStore(abc.ABC):
 
     # --- what the engine reads most (defaults built on the methods above) ----------------------
 
+    def current_transaction(self) -> JoinedTransaction | None:
+        """The caller's transaction the current task's calls run in (``using()``), or None.
+
+        An engine that wrote in one forgets what it saw once it rolled back. Stores without
+        such blocks keep this default.
+        """
+        return None
+
     async def open_chat(self, chat_id: str, *, user_id: str) -> ChatState:
         """The chat (created for ``user_id`` if it does not exist), its active branch, change
         version and counts. Stores may read it in one query; this default uses three calls."""
@@ -471,6 +493,7 @@ class EngineStore(Protocol):
     `ContextStore` is one.
     """
 
+    def current_transaction(self) -> JoinedTransaction | None: ...
     async def open_chat(self, chat_id: str, *, user_id: str) -> ChatState: ...
     async def get_chat(self, chat_id: str) -> Chat | None: ...
     async def update_chat(

@@ -43,9 +43,8 @@ from agentcontext.store import (
     _transfer,
 )
 from agentcontext.store._checks import check_metadata_filter, check_record, check_records, new_id
-from agentcontext.store._database import Database
+from agentcontext.store._database import Database, Transaction
 from agentcontext.store._dialects import (
-    BEGIN_OPTION,
     AppendRefused,
     AppendRow,
     Mode,
@@ -101,6 +100,9 @@ class SqlContextStore(ContextStore):
             engine you built).
         sqlite_busy_timeout: Seconds an SQLite write waits for another process (default 30).
         sqlite_synchronous: ``"normal"`` (default) or ``"full"``.
+        lock_timeout: Seconds a write waits for a chat held by an uncommitted
+            ``using()``/``begin()`` transaction of this process before it raises
+            `ChatBusyError` (default 30).
         echo: Log every statement.
         connect_args: Extra arguments of the driver's ``connect()``.
         engine_options: Any other ``create_async_engine`` argument.
@@ -130,6 +132,7 @@ class SqlContextStore(ContextStore):
         pgbouncer: bool = False,
         sqlite_busy_timeout: float = 30.0,
         sqlite_synchronous: str = "normal",
+        lock_timeout: float = 30.0,
         echo: bool = False,
         connect_args: Mapping[str, Any] | None = None,
         engine_options: Mapping[str, Any] | None = None,
@@ -151,6 +154,7 @@ class SqlContextStore(ContextStore):
                 "pgbouncer": pgbouncer,
                 "sqlite_busy_timeout": sqlite_busy_timeout,
                 "sqlite_synchronous": sqlite_synchronous,
+                "lock_timeout": lock_timeout,
                 "echo": echo,
                 "connect_args": connect_args,
                 "engine_options": engine_options,
@@ -158,7 +162,7 @@ class SqlContextStore(ContextStore):
             }
         )
         if isinstance(url_or_engine, AsyncEngine):
-            refused = sorted(set(options.changed()) - {"pgbouncer"})
+            refused = sorted(set(options.changed()) - {"pgbouncer", "lock_timeout"})
             if refused:
                 raise InvalidInputError(
                     f"option(s) {', '.join(refused)} cannot be applied to an engine you "
@@ -192,6 +196,7 @@ class SqlContextStore(ContextStore):
             owns_engine=owns,
             memory=self._dialect.is_sqlite and is_memory_sqlite(engine.url),
             prepare=functools.partial(_migrate.prepare_schema, mode=migrate),
+            lock_timeout=float(options.lock_timeout),
         )
 
     # --- properties -------------------------------------------------------------------------
@@ -260,6 +265,10 @@ class SqlContextStore(ContextStore):
             )
         return self.db.using(connection)
 
+    def current_transaction(self) -> Transaction | None:
+        """The caller's transaction the current task's calls run in (``using()``), or None."""
+        return self.db.transaction()
+
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[AsyncConnection]:
         """A transaction of your own on the store's engine, with this task's store calls in it.
@@ -274,14 +283,18 @@ class SqlContextStore(ContextStore):
                 await conn.execute(orders.insert().values(...))
                 await context.save()
         """
-        await self.initialize()
-        async with self.engine.connect() as conn:
-            await conn.execution_options(**{BEGIN_OPTION: "immediate"})
-            async with conn.begin(), self.using(conn):
-                yield conn
+        async with self.db.begin() as conn:
+            yield conn
 
-    async def _run(self, mode: Mode, unit: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return await self.db.run(mode, functools.partial(unit, *args, **kwargs))
+    async def _run(
+        self,
+        mode: Mode,
+        unit: Callable[..., Any],
+        *args: Any,
+        holds: str | Collection[str] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        return await self.db.run(mode, functools.partial(unit, *args, **kwargs), chat=holds)
 
     # --- chats ------------------------------------------------------------------------------
 
@@ -303,7 +316,7 @@ class SqlContextStore(ContextStore):
         metadata: Mapping[str, Any] | None = None,
     ) -> Chat:
         chat = self._new_chat(chat_id, user_id, title, metadata)
-        result: Chat = await self._run("write", _chats.create, chat=chat)
+        result: Chat = await self._run("write", _chats.create, chat=chat, holds=chat.id)
         return result
 
     async def upsert_chat(
@@ -326,7 +339,7 @@ class SqlContextStore(ContextStore):
         process inserted it meanwhile, run it once more (it then reads)."""
         for attempt in range(3):
             try:
-                return await self._run("write", unit, chat=chat)
+                return await self._run("write", unit, chat=chat, holds=chat.id)
             except StoreError as exc:
                 if attempt == 2 or not self._dialect.is_unique_violation(exc.__cause__ or exc):
                     raise
@@ -344,7 +357,12 @@ class SqlContextStore(ContextStore):
                 f"updater must be a callable taking a Chat, got {v.type_name(updater)}"
             )
         chat: Chat = await self._run(
-            "write", _chats.update_chat, dialect=self._dialect, chat_id=chat_id, updater=updater
+            "write",
+            _chats.update_chat,
+            dialect=self._dialect,
+            chat_id=chat_id,
+            updater=updater,
+            holds=chat_id,
         )
         return chat
 
@@ -384,7 +402,12 @@ class SqlContextStore(ContextStore):
         v.check_id(chat_id, "chat_id")
         v.check_optional_id(user_id, "user_id")
         deleted: bool = await self._run(
-            "write", _chats.delete_chat, dialect=self._dialect, chat_id=chat_id, user_id=user_id
+            "write",
+            _chats.delete_chat,
+            dialect=self._dialect,
+            chat_id=chat_id,
+            user_id=user_id,
+            holds=chat_id,
         )
         return deleted
 
@@ -405,7 +428,9 @@ class SqlContextStore(ContextStore):
             }
             return _messages.write(conn, self._dialect, records, versions)
 
-        stored: list[MessageRecord] = await self.db.run("write", unit)
+        stored: list[MessageRecord] = await self.db.run(
+            "write", unit, chat={r.chat_id for r in records}
+        )
         return stored
 
     async def get_message(self, message_id: str) -> MessageRecord | None:
@@ -498,6 +523,7 @@ class SqlContextStore(ContextStore):
             name=name,
             head=head_message_id,
             activate=activate,
+            holds=chat_id,
         )
         return branch
 
@@ -534,6 +560,7 @@ class SqlContextStore(ContextStore):
                     activate=activate,
                     records=records,
                     name=name,
+                    holds=chat_id,
                 )
                 return info
             except StoreError as exc:
@@ -574,7 +601,7 @@ class SqlContextStore(ContextStore):
         v.check_id(chat_id, "chat_id")
         v.check_id(branch_id, "branch_id")
         branch: Branch = await self._run(
-            "write", _branches.set_active, chat_id=chat_id, branch_id=branch_id
+            "write", _branches.set_active, chat_id=chat_id, branch_id=branch_id, holds=chat_id
         )
         return branch
 
@@ -634,6 +661,7 @@ class SqlContextStore(ContextStore):
                 expected=expected_head,
                 head=head,
                 allowed=allowed,
+                holds=chat_id,
             )
             return appended
         except _branches.AppendConflict as conflict:
@@ -713,6 +741,7 @@ class SqlContextStore(ContextStore):
                     report_version=report_version,
                 ),
                 idempotent=True,
+                chat=chat_id,
             )
             return result
         except AppendRefused as refused:
@@ -738,14 +767,16 @@ class SqlContextStore(ContextStore):
         v.check_id(name, "branch name")
         v.check_id(new_name, "new branch name")
         branch: Branch = await self._run(
-            "write", _branches.rename, chat_id=chat_id, old=name, new=new_name
+            "write", _branches.rename, chat_id=chat_id, old=name, new=new_name, holds=chat_id
         )
         return branch
 
     async def delete_branch(self, chat_id: str, name: str) -> bool:
         v.check_id(chat_id, "chat_id")
         v.check_id(name, "branch name")
-        deleted: bool = await self._run("write", _branches.remove, chat_id=chat_id, name=name)
+        deleted: bool = await self._run(
+            "write", _branches.remove, chat_id=chat_id, name=name, holds=chat_id
+        )
         return deleted
 
     # --- the engine's reads -------------------------------------------------------------------
@@ -816,6 +847,7 @@ class SqlContextStore(ContextStore):
             chat_id=chat_id,
             name=name,
             message_id=message_id,
+            holds=chat_id,
         )
         return checkpoint
 
@@ -835,7 +867,9 @@ class SqlContextStore(ContextStore):
     async def delete_checkpoint(self, chat_id: str, name: str) -> bool:
         v.check_id(chat_id, "chat_id")
         v.check_id(name, "checkpoint name")
-        deleted: bool = await self._run("write", _checkpoints.remove, chat_id=chat_id, name=name)
+        deleted: bool = await self._run(
+            "write", _checkpoints.remove, chat_id=chat_id, name=name, holds=chat_id
+        )
         return deleted
 
     # --- search and graph -------------------------------------------------------------------
@@ -964,6 +998,7 @@ class SqlContextStore(ContextStore):
             chat_id=chat_id,
             message_id=message_id,
             created=created,
+            holds=chat_id,
         )
         return snapshot.freeze(
             id=snapshot_id, chat_id=chat_id, message_id=message_id, created_at=created
@@ -1040,7 +1075,12 @@ class SqlContextStore(ContextStore):
             created_at=utcnow(),
         )
         await self._run(
-            "write", _snapshots.insert_record, dialect=self._dialect, record=record, blobs=blobs
+            "write",
+            _snapshots.insert_record,
+            dialect=self._dialect,
+            record=record,
+            blobs=blobs,
+            holds=chat_id,
         )
         return record
 
