@@ -84,6 +84,10 @@ async def compact(conv: Conversation, summarize: Summarizer, keep_last_turns: in
     cut = _fold_point(messages, keep_last_turns)
     folded = [m for m in messages[:cut] if not is_empty_assistant_placeholder(m)]
     if not folded:
+        if chain.summary is not None and chain.base is not None:
+            # Compacted as asked already: a compaction retried after it landed (its caller
+            # never heard), or asked again with nothing new. What is stored comes back.
+            return await _stored(conv, chain.summary, chain.base)
         turns = sum(message.role == "user" for message in messages)
         raise EmptyConversationError(
             f"nothing to compact: the branch has {turns} turn(s) after its last compaction "
@@ -140,4 +144,22 @@ async def compact(conv: Conversation, summarize: Summarizer, keep_last_turns: in
         folded=len(given),
         previous_id=previous,
         created_at=stored.created_at,
+    )
+
+
+async def _stored(conv: Conversation, summary: Message, through: str) -> Compaction:
+    """The compaction standing for the start of the engine's chain, as `compact` returned it."""
+    meta = (summary.metadata or {}).get("compaction")
+    meta = meta if isinstance(meta, dict) else {}
+    record = await conv.store.get_message(summary.id)
+    folded = meta.get("folded")
+    previous = meta.get("previous")
+    return Compaction(
+        id=summary.id,
+        chat_id=conv.chat_id,
+        through_message_id=through,
+        summary=summary,
+        folded=folded if isinstance(folded, int) and not isinstance(folded, bool) else 0,
+        previous_id=previous if isinstance(previous, str) else None,
+        created_at=record.created_at if record is not None else utcnow(),
     )

@@ -14,14 +14,14 @@ import asyncio
 import builtins
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from pydantic import TypeAdapter, ValidationError
 
 from agentcontext.errors import (
     ChatNotFoundError,
     ChatOwnershipError,
-    SerializationError,
+    CorruptDataError,
 )
 from agentcontext.fragments import is_empty_assistant_placeholder
 from agentcontext.messages import Message, TextPart
@@ -54,15 +54,33 @@ _MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 _DECODE_BATCH = 500
 
 
+def _corrupt(chat_id: str | None, message_id: str, reason: str) -> CorruptDataError:
+    chat = "" if chat_id is None else f" of chat {chat_id!r}"
+    return CorruptDataError(
+        f"the stored message {message_id!r}{chat} (table messages) cannot be decoded: {reason}. "
+        "It was damaged or written outside agentcontext with another shape; delete or repair "
+        "that row",
+        table="messages",
+        chat_id=chat_id,
+        row_id=message_id,
+    )
+
+
+def _invalid(exc: ValidationError) -> str:
+    first = exc.errors()[0] if exc.error_count() else None
+    if first is not None and first.get("type") == "json_invalid":
+        return f"its data is not JSON ({first.get('msg', 'invalid JSON')})"
+    where = ".".join(str(part) for part in first["loc"]) if first and first.get("loc") else ""
+    detail = f" ({where}: {first['msg']})" if first and where else ""
+    return f"its data is not a valid Message ({exc.error_count()} errors{detail})"
+
+
 def decode_record(record: MessageRecord) -> Message:
     """A stored record's message (its id is the record's)."""
     try:
         message = Message.model_validate(record.data)
     except ValidationError as exc:
-        raise SerializationError(
-            f"stored message {record.id!r} is not a valid Message ({exc.error_count()} "
-            "errors); it was written outside the engine with another shape"
-        ) from exc
+        raise _corrupt(record.chat_id, record.id, _invalid(exc)) from exc
     if message.id != record.id:
         # Written outside the engine with another id in its JSON: the node's id is the
         # identity (rewind, in-place updates and placeholders go by it).
@@ -70,39 +88,40 @@ def decode_record(record: MessageRecord) -> Message:
     return message
 
 
-def decode_record_json(message_id: str, data: str | None) -> Message:
+def decode_record_json(message_id: str, data: str | None, chat_id: str | None = None) -> Message:
     """A stored message from its JSON text (its id is the record's)."""
-    return decode_rows(ChainRows(ids=[message_id], parent_ids=[None], data=[data]))[0]
+    rows = ChainRows(ids=[message_id], parent_ids=[None], data=[data])
+    return decode_rows(rows, chat_id)[0]
 
 
-def decode_rows(rows: ChainRows) -> list[Message]:
+def decode_rows(rows: ChainRows, chat_id: str | None = None) -> list[Message]:
     """The messages of a stored chain, validated from their JSON a few hundred at a time.
 
     Each batch is one pydantic-core validation of a JSON array (no per-message call), and
     small enough that its text and parse tree stay in the processor's caches and reuse the
     same memory: one array of a whole long chain is slower, and allocates megabytes at once.
+    A row that cannot be decoded raises `CorruptDataError` naming it.
     """
     if not rows.ids:
         return []
-    data = rows.data
-    if any(text is None for text in data):
-        bad = rows.ids[data.index(None)]
-        raise SerializationError(f"stored message {bad!r} has no data; it is not a Message")
+    if any(not isinstance(text, str) for text in rows.data):
+        index = next(i for i, text in enumerate(rows.data) if not isinstance(text, str))
+        raise _corrupt(chat_id, rows.ids[index], "it has no data")
+    data = cast(list[str], rows.data)
     messages: list[Message] = []
-    start = 0
-    try:
-        with gc_paused():
-            for start in range(0, len(data), _DECODE_BATCH):
-                batch = data[start : start + _DECODE_BATCH]
-                messages += _MESSAGES.validate_json("[" + ",".join(batch) + "]")  # type: ignore[arg-type]
-    except ValidationError as exc:
-        index = exc.errors()[0]["loc"][0] if exc.errors() else 0
-        index = start + index if isinstance(index, int) else -1
-        bad = rows.ids[index] if 0 <= index < len(rows.ids) else "?"
-        raise SerializationError(
-            f"stored message {bad!r} is not a valid Message ({exc.error_count()} errors); it "
-            "was written outside the engine with another shape"
-        ) from exc
+    with gc_paused():
+        for start in range(0, len(data), _DECODE_BATCH):
+            batch = data[start : start + _DECODE_BATCH]
+            try:
+                messages += _MESSAGES.validate_json("[" + ",".join(batch) + "]")
+            except ValidationError:
+                # Find the row: one by one (a text that is not JSON spoils the whole array).
+                for offset, text in enumerate(batch):
+                    try:
+                        Message.model_validate_json(text)
+                    except ValidationError as exc:
+                        raise _corrupt(chat_id, rows.ids[start + offset], _invalid(exc)) from exc
+                raise  # pragma: no cover - the batch failed, so one of its rows does
     if [message.id for message in messages] != rows.ids:
         for i, (message, message_id) in enumerate(zip(messages, rows.ids, strict=True)):
             if message.id != message_id:
@@ -460,13 +479,13 @@ class Conversation:
         )
         summary = None
         if rows.summary_id is not None:
-            summary = decode_record_json(rows.summary_id, rows.summary)
+            summary = decode_record_json(rows.summary_id, rows.summary, self.chat_id)
         chain.reset(
             head,
             version,
             rows.ids,
             rows.parent_ids,
-            decode_rows(rows),
+            decode_rows(rows, self.chat_id),
             summary=summary,
             base=rows.base_id,
             loaded=rows,

@@ -229,8 +229,12 @@ async def _attempt(
                 conv, [m for m in messages if m.id not in known], result.head_message_id
             )
             if applied == len(fresh):
-                await conv.sync()  # fast-forward: this turn is on the branch already
-                return SaveResult(head_message_id=conv.chain.head)
+                # Stored exactly so. A save whose outcome was lost put it on this branch (the
+                # head, or below what others wrote since): fast-forward. Stored exactly so
+                # elsewhere (another branch reaches it), it is a resend like any other.
+                await conv.sync()
+                if fresh[-1].id in conv.chain.index:
+                    return SaveResult(head_message_id=conv.chain.head)
         if result.existing:
             if branch:
                 return await fork_for_update(conv, messages, result.existing[0])

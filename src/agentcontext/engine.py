@@ -560,29 +560,66 @@ class ContextEngine:
 
         Stream the model's answer, then call `complete_turn` to fill the placeholder in place.
         Empty placeholders never appear in `resolve`. Messages already pending are saved first,
-        in the same step. On failure the pending queue is as it was before the call; calling
-        ``begin_turn`` again with the same fragment after a call whose outcome was lost
-        (cancelled, timed out) stores the turn once and returns the same placeholder id.
+        in the same step. The id returned is always the placeholder that is the engine's head
+        afterwards (on a new branch if the user message's id existed with other content).
+
+        Idempotent like `save`: calling ``begin_turn`` again with the same fragment after a
+        call whose outcome was lost (cancelled, timed out) stores the turn once and returns the
+        same placeholder; so does calling it again after the turn was completed (the whole
+        turn retried): the stored turn's placeholder id is returned and nothing is written.
+        On failure the pending queue is as it was before the call.
         """
         if not is_message_fragment(user_fragment):
             raise InvalidTypeError("begin_turn() takes a message fragment such as user('...')")
         if is_lazy_fragment(user_fragment):
             raise InvalidTypeError("begin_turn() takes a user message fragment such as user('...')")
-        placeholder = uuid.uuid5(_TURNS, message_of(user_fragment).id).hex
+        question = message_of(user_fragment)
+        placeholder = uuid.uuid5(_TURNS, question.id).hex
+        if any(fragment.id == placeholder for fragment in self._pending):
+            raise InvalidInputError(
+                f"begin_turn(): a pending message has the id {placeholder!r}, which is the "
+                f"placeholder id this turn derives from its user message's id {question.id!r}; "
+                "save or clear the pending messages first, or give the user message another id"
+            )
+        if not self._pending:
+            stored = await self._stored_turn(question, placeholder)
+            if stored is not None:
+                self._turn = stored
+                return stored
         queued = len(self._pending)
         self.set(user_fragment, assistant(Message(id=placeholder, role="assistant", parts=[])))
+        branch = self._conv.branch
         try:
             result = await self.save()
         except BaseException:
             # All or nothing: the queue is as before, so calling begin_turn() again is safe.
             del self._pending[queued:]
             raise
-        if placeholder not in self._conv.chain.index and result.head_message_id is not None:
-            # The user message's id existed: save() forked a new branch and stored the turn
-            # there under fresh ids; the placeholder, its last message, is the new head.
+        conv = self._conv
+        if conv.branch is None or branch is None or conv.branch.id != branch.id:
+            # The user message's id existed with other content: save() forked a new branch
+            # and stored the turn there under fresh ids; the placeholder is its head.
+            assert result.head_message_id is not None
             placeholder = result.head_message_id
         self._turn = placeholder
         return placeholder
+
+    async def _stored_turn(self, question: Message, placeholder: str) -> str | None:
+        """The placeholder of this very turn when the branch holds it already, the question
+        exactly so and its placeholder (filled or not) right after it: a turn retried after
+        its outcome was lost. Else None."""
+        async with self._session():
+            await self._conv.sync()
+            chain = self._conv.chain
+            position = chain.index.get(question.id)
+            if (
+                position is None
+                or position + 1 >= len(chain.ids)
+                or chain.ids[position + 1] != placeholder
+                or chain.messages[position] != question
+            ):
+                return None
+            return placeholder
 
     async def complete_turn(self, assistant_fragment: ContextFragment) -> SaveResult:
         """Fill the placeholder of `begin_turn` with the assistant's answer, in place."""
@@ -631,8 +668,8 @@ class ContextEngine:
         return self._conv.chain.head
 
     async def rewind(self, message_id: str, *, name: str | None = None) -> BranchInfo:
-        """Start a new branch at ``message_id`` and move to it: ``name``, or ``X-vN`` after
-        the current branch ``X``.
+        """Start a new branch at ``message_id`` and move to it: ``name``, or ``X-vN`` counted
+        from the root name ``X`` of the current branch (``main-v3`` after ``main-v2``).
 
         The original branch is untouched; pending messages are dropped. Returns the new
         branch (its head is ``message_id``).
@@ -642,14 +679,16 @@ class ContextEngine:
         async with self._session():
             return await self._rewind(message_id, name)
 
-    async def _rewind(self, message_id: str, name: str | None) -> BranchInfo:
+    async def _rewind(
+        self, message_id: str, name: str | None, *, base: str | None = None
+    ) -> BranchInfo:
         conv = self._conv
         assert conv.branch is not None
         try:
             # The store checks the message (it exists, in this chat, not a compaction).
             info = await self._store.fork_branch(
                 self.chat_id,
-                await conv.branch_name(),
+                base if base is not None else await conv.branch_name(),
                 head_message_id=message_id,
                 activate=True,
                 name=name,
@@ -673,10 +712,15 @@ class ContextEngine:
                 raise EmptyConversationError(
                     "cannot create a checkpoint: the branch has no messages yet; save first"
                 )
-            return await self._store.create_checkpoint(self.chat_id, name, head)
+            assert self._conv.branch is not None
+            return await self._store.create_checkpoint(
+                self.chat_id, name, head, branch_id=self._conv.branch.id
+            )
 
     async def restore(self, checkpoint: str, *, name: str | None = None) -> BranchInfo:
-        """Start a new branch at a checkpoint's message and move to it (like `rewind`)."""
+        """Start a new branch at a checkpoint's message and move to it (like `rewind`): ``name``,
+        or ``X-vN`` after the branch ``X`` the checkpoint was made on (the engine's branch if
+        that one is gone)."""
         v.check_id(checkpoint, "checkpoint name")
         v.check_optional_id(name, "branch name")
         async with self._session():
@@ -686,7 +730,12 @@ class ContextEngine:
                 raise CheckpointNotFoundError(
                     f"chat {self.chat_id!r} has no checkpoint named {checkpoint!r}"
                 )
-            return await self._rewind(found.message_id, name)
+            base = None
+            if found.branch_id is not None and name is None:
+                made_on = await self._store.get_branch_by_id(found.branch_id)
+                if made_on is not None and made_on.chat_id == self.chat_id:
+                    base = made_on.name
+            return await self._rewind(found.message_id, name, base=base)
 
     async def switch_branch(self, name: str) -> BranchInfo:
         """Make the branch ``name`` active and move to it; pending messages are dropped."""
@@ -769,10 +818,13 @@ class ContextEngine:
         process, that resolves this branch (or any head after the compaction point) gets the
         summary followed by the unfolded messages, without reading the folded ones; a head
         rewound to before the point resolves without it. Retrying a compaction of the same
-        point stores one node. Pending messages are not folded (save them first).
+        point stores one node, and a compaction retried after it landed (or asked again with
+        nothing new to fold) returns the stored one. Pending messages are not folded (save
+        them first).
 
         Raises:
-            EmptyConversationError: there is nothing to fold.
+            EmptyConversationError: there is nothing to fold and the branch holds no
+                compaction.
         """
         if not callable(summarize):
             raise InvalidTypeError(

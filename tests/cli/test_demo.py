@@ -55,7 +55,7 @@ def test_demo_prints_tree_formats_and_estimate(tmp_path: Path) -> None:
     assert "<- [main]" in tree
     assert "<- [main-v2]" in tree
     assert "<- [main-v3 *]" in tree
-    assert "<- [main-v3-v2]" in tree
+    assert "<- [main-v4]" in tree
     assert "{address-asked}" in tree
     assert tree.count("(user)") == 6 and tree.count("(assistant)") == 6
 
@@ -97,7 +97,7 @@ def test_demo_uses_its_own_file_and_recreates_the_chat(tmp_path: Path) -> None:
     )
     # A second run starts over instead of piling up branches.
     assert count == 12
-    assert branches == ["main", "main-v2", "main-v3", "main-v3-v2"]
+    assert branches == ["main", "main-v2", "main-v3", "main-v4"]
     assert checkpoints == ["address-asked"]
     assert title == "Order #1042: address change"
     assert active == "main-v3"

@@ -55,7 +55,7 @@ async def test_rewind_forks_a_new_active_branch(
     assert texts(await make_engine().get_messages()) == ["Hello", "Hi!", "Right path"]
 
 
-async def test_branch_names_follow_x_v2_x_v3_and_nest(
+async def test_branch_names_count_from_the_root_name_and_stay_flat(
     store: SqlContextStore, make_engine: EngineFactory
 ) -> None:
     engine = make_engine()
@@ -64,18 +64,18 @@ async def test_branch_names_follow_x_v2_x_v3_and_nest(
     assert (await engine.rewind("m1")).name == "main-v2"
     engine.set(assistant_text("Path A"))
     await engine.save()
-    assert (await engine.rewind("m1")).name == "main-v2-v2"
+    assert (await engine.rewind("m1")).name == "main-v3"  # from main-v2: still main-vN
     await engine.switch_branch("main")
-    assert (await engine.rewind("m1")).name == "main-v3"
+    assert (await engine.rewind("m1")).name == "main-v4"
     await engine.switch_branch("main")
-    assert (await engine.btw()).name == "main-v4"
+    assert (await engine.btw()).name == "main-v5"
     await engine.switch_branch("main-v2")
-    assert (await engine.rewind("m1")).name == "main-v2-v3"
+    assert (await engine.rewind("m1")).name == "main-v6"
+    await engine.delete_branch("main-v3")
+    assert (await engine.rewind("m1")).name == "main-v3"  # the smallest free number
     names = [b.name for b in await store.list_branches("c1")]
-    assert sorted(names) == sorted(
-        ["main", "main-v2", "main-v2-v2", "main-v3", "main-v4", "main-v2-v3"]
-    )
-    assert await active(store) == ["main-v2-v3"]
+    assert sorted(names) == sorted(["main", "main-v2", "main-v3", "main-v4", "main-v5", "main-v6"])
+    assert await active(store) == ["main-v3"]
 
 
 async def test_each_branch_keeps_its_own_chain(
@@ -127,7 +127,7 @@ async def test_rewind_from_a_cold_engine_to_a_message_off_its_chain(
     await engine.save()
     cold = make_engine()
     branch = await cold.rewind("m2")  # on main, not on the active main-v2
-    assert (branch.name, branch.head_message_id) == ("main-v2-v2", "m2")
+    assert (branch.name, branch.head_message_id) == ("main-v3", "m2")
     assert texts(await cold.get_messages()) == ["q", "a"]
 
 
@@ -226,7 +226,7 @@ async def test_btw_forks_without_switching_and_keeps_pending(
 
     await engine.switch_branch("main-v2")
     assert texts(await engine.get_messages()) == ["q", "a"]
-    assert (await engine.btw()).name == "main-v2-v2"
+    assert (await engine.btw()).name == "main-v3"
 
 
 async def test_concurrent_forks_from_two_stores_never_collide(

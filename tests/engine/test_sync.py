@@ -14,8 +14,8 @@ import pytest
 
 from agentcontext import (
     ContextEngine,
+    CorruptDataError,
     Message,
-    SerializationError,
     assistant_text,
     user,
 )
@@ -265,16 +265,16 @@ async def test_rewinds_back_and_forth_along_one_chain(
 
     monkeypatch.setattr(store, "load_chain_rows", counting)
     await a.rewind("m6")
-    await a.rewind("m3")  # main-v2-v2
+    await a.rewind("m3")  # main-v3
     seen = {}
-    for name in ("main", "main-v2", "main-v2-v2", "main"):
+    for name in ("main", "main-v2", "main-v3", "main"):
         await a.switch_branch(name)  # to the cut tails, re-attached (the first time as one)
         seen[name] = [m.id for m in (await a.resolve()).messages]
     monkeypatch.undo()
     assert seen == {
         "main": [f"m{i}" for i in range(1, 9)],
         "main-v2": [f"m{i}" for i in range(1, 7)],
-        "main-v2-v2": ["m1", "m2", "m3"],
+        "main-v3": ["m1", "m2", "m3"],
     }
     await assert_in_sync(store, a)
     assert loads == []  # the engine never read the chain again: it kept what it had cut
@@ -339,5 +339,5 @@ async def test_a_long_chain_decodes_in_batches_and_names_a_bad_message(
     bad = rec("n1203", "c1", "n1202", data={"id": "n1203", "role": "robot", "parts": []})
     await store.add_messages([bad])
     assert await store.update_branch_head(main.id, "n1203", "n1202")
-    with pytest.raises(SerializationError, match="'n1203'"):
+    with pytest.raises(CorruptDataError, match="'n1203'"):
         await make_engine().resolve()

@@ -3,7 +3,8 @@
 A hypothesis state machine drives two engines on one chat (one of them, in some examples,
 through a second store on the same database, as another process would) through random
 sequences of set / save / save(branch=False) / rewind / btw / switch_branch / checkpoint /
-restore / begin_turn / complete_turn / rename_branch / delete_branch (forks named or not),
+restore / begin_turn / complete_turn / a whole turn begun again / compact / rename_branch /
+delete_branch (forks named or not; message ids fresh or reused, folded ones included),
 plus reopening an engine cold. After every step it
 compares the store's graph (nodes with parents, roles and text; branches with heads, the
 active flag and chain lengths; checkpoints), each engine's ``resolve()``, its branch and its
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Awaitable, Callable
@@ -55,6 +57,7 @@ from agentcontext import (
     user,
 )
 from agentcontext._compaction import compaction_id
+from agentcontext.engine import _TURNS
 from tests.conftest import run_sync
 
 T = TypeVar("T")
@@ -79,6 +82,9 @@ class Msg:
     id: str
     role: str
     text: str
+    bare: bool = False
+    """A begin_turn placeholder: no parts at all (``assistant_text("")`` has one empty text
+    part, so the two are not stored exactly so, though both are empty placeholders)."""
 
     @property
     def placeholder(self) -> bool:
@@ -100,6 +106,9 @@ class EngineState:
     turn: str | None = None
     """The placeholder of a turn begun and not completed."""
     hints: list[str] = field(default_factory=list)
+    last_turn: tuple[ContextFragment, Msg] | None = None
+    """The user message of the engine's last begun turn (to begin it again, as a caller
+    retrying a whole turn whose outcome it never heard does)."""
     stale: set[str] = field(default_factory=set)
     """Names this engine may still report for its branch: it was renamed by another engine,
     and the engine learns the new name on its next call."""
@@ -114,6 +123,11 @@ class Fork:
     start: str | None
     kept: list[Msg]
     renamed: list[Msg]
+
+
+def turn_placeholder(user_id: str) -> str:
+    """The placeholder id `ContextEngine.begin_turn` derives from the user message's id."""
+    return uuid.uuid5(_TURNS, user_id).hex
 
 
 def dedupe(messages: list[Msg]) -> list[Msg]:
@@ -132,6 +146,9 @@ class Model:
         self.heads: dict[str, str | None] = {"main": None}
         self.active = "main"
         self.checkpoints: dict[str, str] = {}
+        self.checkpoint_branch: dict[str, str | None] = {}
+        """The branch each checkpoint was made on (None once deleted): restores are named
+        after it."""
         self.engines = [EngineState(), EngineState()]
         self.compactions: dict[str, Msg] = {}
         """Summaries by the message they fold up to (their parent in the graph)."""
@@ -154,13 +171,14 @@ class Model:
         return out[::-1]
 
     def fork_name(self, base: str) -> str:
-        prefix = base + "-v"
-        used = [
-            int(name[len(prefix) :])
-            for name in self.heads
-            if name.startswith(prefix) and name[len(prefix) :].isdecimal()
-        ]
-        return f"{base}-v{max(used, default=1) + 1}"
+        """``{root}-vN``: the root name (``-vN`` suffixes dropped), smallest free N ≥ 2."""
+        root = base
+        while (cut := re.sub(r"-v[0-9]+$", "", root)) != root and cut:
+            root = cut
+        number = 2
+        while f"{root}-v{number}" in self.heads:
+            number += 1
+        return f"{root}-v{number}"
 
     def new_branch(
         self, base: str, head: str | None, *, activate: bool, name: str | None = None
@@ -179,6 +197,9 @@ class Model:
         self.heads[new] = self.heads.pop(old)
         if self.active == old:
             self.active = new
+        for checkpoint, made_on in self.checkpoint_branch.items():
+            if made_on == old:
+                self.checkpoint_branch[checkpoint] = new
         for e in self.engines:
             if e.branch == old:
                 e.branch = new
@@ -194,8 +215,11 @@ class Model:
     def save(self, e: EngineState, *, branch: bool) -> Fork | None:
         """Apply a save; a fork is returned to be finished with :meth:`commit_fork`."""
         messages = dedupe(e.pending)
-        if not messages:
+        applied = self.applied(e, messages)
+        if applied == len(messages):
+            e.pending = []
             return None
+        messages = messages[applied:]
         existing = [i for i, m in enumerate(messages) if m.id in self.nodes]
         name = self.branch_of(e)
         if branch and existing:
@@ -218,6 +242,38 @@ class Model:
         e.pending = []
         return None
 
+    def applied(self, e: EngineState, messages: list[Msg]) -> int:
+        """How many leading messages a save finds on the branch exactly so (a retry after a
+        lost outcome): all of them, consecutive, anywhere on the part of the branch after its
+        compaction; or some, ending at the head."""
+        if not messages:
+            return 0
+        head = self.heads[self.branch_of(e)]
+        visible = self.compacted(self.chain(head))[1]
+        ids = [m.id for m in visible]
+        if messages[0].id not in ids:
+            return 0
+        position, count = ids.index(messages[0].id), 0
+        while (
+            count < len(messages)
+            and position + count < len(visible)
+            and visible[position + count] == messages[count]
+        ):
+            count += 1
+        if count and count < len(messages) and messages[count - 1].id != head:
+            return 0
+        return count
+
+    def stored_turn(self, e: EngineState, question: Msg) -> str | None:
+        """The placeholder of a turn begun again: the question exactly so on the branch (after
+        its compaction), its placeholder right after it."""
+        visible = self.compacted(self.chain(self.heads[self.branch_of(e)]))[1]
+        placeholder = turn_placeholder(question.id)
+        for index, message in enumerate(visible[:-1]):
+            if message == question and visible[index + 1].id == placeholder:
+                return placeholder
+        return None
+
     def commit_fork(self, e: EngineState, fork: Fork, fresh_ids: list[str]) -> None:
         parent = fork.start
         renamed = [replace(m, id=i) for m, i in zip(fork.renamed, fresh_ids, strict=True)]
@@ -237,12 +293,6 @@ class Model:
         out = [overrides.pop(m.id, m) for m in visible]
         out.extend(overrides.values())
         return ([] if summary is None else [summary]) + [m for m in out if not m.placeholder]
-
-    def folded(self) -> set[str]:
-        """Ids of the messages some compaction folds. Sending one of them again is left out
-        of the random walk: the engine holds only the part of a compacted branch after its
-        summary, and resending a folded message is not modelled."""
-        return {m.id for through in self.compactions for m in self.chain(through)}
 
     def compacted(self, chain: list[Msg]) -> tuple[Msg | None, list[Msg]]:
         """The deepest compaction on a chain and the messages after it."""
@@ -344,12 +394,10 @@ class GraphMachine(RuleBasedStateMachine):
             return None
         pool: list[str] = []
         e = self.model.engines[i]
-        folded = self.model.folded()
         if kind == "stored":
-            pool = [message_id for message_id in self.model.nodes if message_id not in folded]
+            pool = list(self.model.nodes)
         elif kind == "chain" and e.branch is not None:
-            chain = self.model.chain(self.model.heads[e.branch])
-            pool = [m.id for m in chain if m.id not in folded]
+            pool = [m.id for m in self.model.chain(self.model.heads[e.branch])]
         elif kind == "pending":
             pool = [m.id for m in e.pending]
         elif kind == "other":
@@ -437,25 +485,55 @@ class GraphMachine(RuleBasedStateMachine):
 
     @rule(i=ENGINES, data=st.data())
     def begin_turn(self, i: int, data: st.DataObject) -> None:
-        engine = self.acting(i)
         fragment, message = self.build("user", self.fresh("q"), self.draw_id(data, i))
+        self.begin(i, fragment, message)
+
+    @rule(i=ENGINES)
+    def retry_turn(self, i: int) -> None:
+        """Begin the engine's last turn again with the very same fragment: a caller retrying
+        a whole turn (begin and complete) whose outcome it never heard."""
+        last = self.model.engines[i].last_turn
+        if last is not None:
+            self.begin(i, *last)
+
+    def begin(self, i: int, fragment: ContextFragment, message: Msg) -> None:
+        engine = self.acting(i)
         e = self.model.engines[i]
-        placeholder = self.do_save(
-            i,
-            branch=True,
-            call=lambda: self._begin(engine, fragment, e, message),
-        )
-        # The returned id is the stored placeholder: the head of the engine's branch.
-        head = self.model.heads[self.model.branch_of(e)]
-        assert head is not None and self.model.nodes[head].msg.placeholder
-        assert placeholder == head, f"begin_turn returned {placeholder!r}, stored {head!r}"
-        e.turn = head
+        self.model.load(e)
+        if any(m.id == turn_placeholder(message.id) for m in e.pending):
+            # The turn's placeholder id is queued already (as another message): refused.
+            self.expect_error(InvalidInputError, lambda: engine.begin_turn(fragment))
+            return
+        stored = None if e.pending else self.model.stored_turn(e, message)
+        if stored is not None:
+            # The turn is on the branch already (completed or not): nothing is written and
+            # its placeholder comes back.
+            placeholder = self.run(lambda: engine.begin_turn(fragment))
+            assert placeholder == stored, f"a retried turn gave {placeholder!r}"
+        else:
+            pending = dedupe(
+                [*e.pending, message, Msg(turn_placeholder(message.id), "assistant", "", bare=True)]
+            )
+            retried = self.model.applied(e, pending) == len(pending)
+            placeholder = self.do_save(
+                i, branch=True, call=lambda: self._begin(engine, fragment, e, message)
+            )
+            head = self.model.heads[self.model.branch_of(e)]
+            if retried:  # stored exactly so already (not necessarily at the head)
+                assert placeholder == turn_placeholder(message.id)
+            else:
+                # The returned id is the stored placeholder: the head of the engine's branch.
+                assert head is not None and self.model.nodes[head].msg.placeholder
+                assert placeholder == head, f"begin_turn returned {placeholder!r}, stored {head!r}"
+                assert engine.head_message_id == placeholder
+        e.turn = placeholder
+        e.last_turn = (fragment, message)
 
     async def _begin(
         self, engine: ContextEngine, fragment: ContextFragment, e: EngineState, message: Msg
     ) -> str:
         placeholder = await engine.begin_turn(fragment)
-        e.pending += [message, Msg(placeholder, "assistant", "")]
+        e.pending += [message, Msg(turn_placeholder(message.id), "assistant", "", bare=True)]
         return placeholder
 
     @rule(i=ENGINES)
@@ -510,6 +588,7 @@ class GraphMachine(RuleBasedStateMachine):
             return
         checkpoint = self.run(lambda: engine.checkpoint(name))
         self.model.checkpoints[name] = head
+        self.model.checkpoint_branch[name] = self.model.branch_of(e)
         assert (checkpoint.name, checkpoint.message_id) == (name, head)
 
     @rule(i=ENGINES, name=st.sampled_from([*CHECKPOINT_NAMES, "cp-missing"]), data=st.data())
@@ -526,7 +605,8 @@ class GraphMachine(RuleBasedStateMachine):
             return
         info = self.run(lambda: engine.restore(name, name=named))
         target = self.model.checkpoints[name]
-        new = self.model.new_branch(self.model.branch_of(e), target, activate=True, name=named)
+        made_on = self.model.checkpoint_branch[name] or self.model.branch_of(e)
+        new = self.model.new_branch(made_on, target, activate=True, name=named)
         self.model.move_to(e, new)
         self.check_branch_info(info, new, active=True)
 
@@ -578,6 +658,11 @@ class GraphMachine(RuleBasedStateMachine):
         while cut and stored[cut - 1].placeholder:  # nor is a fold point a placeholder
             cut -= 1
         folded = [m for m in stored[:cut] if not m.placeholder]
+        if not folded and previous is not None:
+            # Compacted as asked already: the stored compaction comes back, nothing is written.
+            compaction = self.run(lambda: engine.compact(summarize, keep_last_turns=keep))
+            assert compaction.id == previous.id
+            return
         if not folded:
             self.expect_error(
                 EmptyConversationError, lambda: engine.compact(summarize, keep_last_turns=keep)
@@ -629,6 +714,9 @@ class GraphMachine(RuleBasedStateMachine):
             return  # the other engine's branch: covered by plain tests
         assert self.run(lambda: engine.delete_branch(name)) is True
         del heads[name]  # its messages stay: the node comparison checks it
+        for checkpoint, made_on in self.model.checkpoint_branch.items():
+            if made_on == name:
+                self.model.checkpoint_branch[checkpoint] = None
 
     @rule(i=ENGINES)
     def look(self, i: int) -> None:

@@ -504,6 +504,31 @@ async def test_a_raising_predicate_raises_and_leaves_the_queue_alone(
     assert [m.text for m in await engine.get_messages()] == ["hello"]
 
 
+class NoTruth:
+    """An answer without a truth value, as a numpy array or a pandas Series has."""
+
+    def __bool__(self) -> bool:
+        raise ValueError("The truth value of an array with more than one element is ambiguous")
+
+
+@pytest.mark.parametrize("once", [None, "nudge"])
+async def test_a_predicate_answer_without_a_truth_value_names_the_reminder(
+    make_engine: EngineFactory, once: str | None
+) -> None:
+    engine = make_engine()
+    engine.set(reminder("check the units", when=lambda ctx: NoTruth(), once=once), user("hi"))
+    name = "once='nudge'" if once else "'check the units'"
+    for call in (engine.resolve, engine.save):
+        with pytest.raises(ReminderError, match="no truth value") as info:
+            await call()
+        assert name in str(info.value) and "NoTruth" in str(info.value)
+    assert [f.name for f in engine.pending] == ["user"]  # still pending, nothing stored
+    nested = make_engine("c2")
+    nested.set(reminder("x", when=all_of(lambda ctx: NoTruth())), user("hi"))
+    with pytest.raises(ReminderError, match="no truth value"):
+        await nested.resolve()
+
+
 async def test_a_text_function_must_return_a_string(make_engine: EngineFactory) -> None:
     engine = make_engine()
     engine.set(reminder(lambda ctx: 42), user("hello"))  # type: ignore[arg-type,return-value]

@@ -127,13 +127,13 @@ async def test_fork_branch_names_are_sequential_and_collision_free(
     assert (b2.name, b2.head_message_id, b2.is_active) == ("main-v2", "m1", True)
     b3 = await store.fork_branch(chat, "main", head_message_id="m2", activate=False)
     assert b3.name == "main-v3"
-    nested = await store.fork_branch(chat, "main-v2", head_message_id="m1", activate=False)
-    assert nested.name == "main-v2-v2"
+    flat = await store.fork_branch(chat, "main-v2", head_message_id="m1", activate=False)
+    assert flat.name == "main-v4"
     assert await active_names(store, chat) == ["main-v2"]
     forks = await asyncio.gather(
         *(store.fork_branch(chat, "main", head_message_id="m0", activate=False) for _ in range(8))
     )
-    assert sorted(f.name for f in forks) == sorted(f"main-v{i}" for i in range(4, 12))
+    assert sorted(f.name for f in forks) == sorted(f"main-v{i}" for i in range(5, 13))
 
 
 async def test_fork_branch_with_messages_is_atomic(store: SqlContextStore, chat: str) -> None:

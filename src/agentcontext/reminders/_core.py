@@ -119,7 +119,17 @@ class Reminder:
         """
         if self.when is None:
             return True
-        return await evaluate(self.when, context, what="predicate")
+        return await evaluate(self.when, context, what=f"predicate of reminder {self.label}")
+
+    @property
+    def label(self) -> str:
+        """How errors name this reminder: its ``once`` id, else the start of its text."""
+        if self.once is not None:
+            return f"once={self.once!r}"
+        if isinstance(self.text, str):
+            text = self.text if len(self.text) <= 40 else self.text[:39] + "…"
+            return repr(text)
+        return f"with text function {getattr(self.text, '__qualname__', type(self.text).__name__)}"
 
     async def render(self, context: ReminderContext) -> str:
         """The reminder's text for ``context`` ("" when a text function declines).
@@ -161,7 +171,15 @@ async def evaluate(predicate: Predicate, context: ReminderContext, *, what: str)
             f"a reminder {what} raised {type(exc).__name__}: {exc}; fix the predicate "
             "(it is called with a ReminderContext)"
         ) from exc
-    return bool(value)
+    if value is True or value is False:
+        return value
+    try:
+        return bool(value)
+    except Exception as exc:  # a numpy array, a pandas Series: no single truth value
+        raise ReminderError(
+            f"the {what} returned a {type(value).__name__}, which has no truth value "
+            f"({type(exc).__name__}: {exc}); make it return True or False"
+        ) from exc
 
 
 def reminder(

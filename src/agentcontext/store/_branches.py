@@ -4,7 +4,7 @@ Plain functions of a connection; arguments are checked by the caller."""
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, delete, func, literal, select, text, update
@@ -50,9 +50,11 @@ __all__ = [
     "get_by_id",
     "list_infos",
     "move_head",
+    "next_name",
     "refused",
     "remove",
     "rename",
+    "root_name",
     "set_active",
     "state",
     "sync_head_depths",
@@ -147,15 +149,7 @@ def fork(
     version = _chats.touch(conn, chat_id)
     depth = check_head(conn, chat_id, head)
     if name is None:
-        pattern = re.compile(re.escape(base_name) + r"-v(\d+)")
-        names = conn.scalars(select(B.c.name).where(B.c.chat_id == chat_id))
-        used = [int(m.group(1)) for n in names if (m := pattern.fullmatch(n))]
-        name = f"{base_name}-v{max(used, default=1) + 1}"
-        if len(name) > v.MAX_ID_LENGTH:
-            raise InvalidInputError(
-                f"the new branch name {name[:40]}… would be longer than {v.MAX_ID_LENGTH} "
-                "characters; give the branch a name, or switch to a branch with a shorter name"
-            )
+        name = next_name(base_name, conn.scalars(select(B.c.name).where(B.c.chat_id == chat_id)))
     elif _name_taken(conn, chat_id, name):
         raise BranchExistsError(f"chat {chat_id!r} already has a branch named {name!r}")
     if records:
@@ -164,6 +158,30 @@ def fork(
         depth = check_head(conn, chat_id, head)
     branch = _insert(conn, chat_id, name, head, depth, activate)
     return _rows.build(BranchInfo, {**branch.__dict__, "message_count": depth})
+
+
+_VERSION_SUFFIX = re.compile(r"(?:-v\d+)+$")
+
+
+def root_name(name: str) -> str:
+    """A branch name without its automatic ``-vN`` suffixes (``main-v2-v3`` → ``main``)."""
+    return _VERSION_SUFFIX.sub("", name) or name
+
+
+def next_name(base_name: str, taken: Iterable[str]) -> str:
+    """The automatic name of a branch forked from ``base_name``: ``{root}-vN`` with the
+    smallest free N ≥ 2, counted from the root name, so names stay flat and short however
+    many forks follow (``main`` and ``main-v7`` both give ``main-vN``). The root is cut so
+    the name never exceeds the length limit."""
+    root = root_name(base_name)
+    used = set(taken)
+    number = 2
+    while True:
+        suffix = f"-v{number}"
+        name = root[: v.MAX_ID_LENGTH - len(suffix)] + suffix
+        if name not in used:
+            return name
+        number += 1
 
 
 def get(conn: Connection, chat_id: str, name: str) -> Branch | None:

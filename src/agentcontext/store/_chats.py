@@ -3,14 +3,20 @@ connection (see ``_database``); arguments are checked by the caller."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, Select, delete, func, literal, select, update
 
 from agentcontext import _validate as v
-from agentcontext.errors import ChatExistsError, ChatNotFoundError, InvalidTypeError
+from agentcontext.errors import (
+    ChatExistsError,
+    ChatNotFoundError,
+    CorruptDataError,
+    InvalidTypeError,
+)
 from agentcontext.store import _rows, _search
 from agentcontext.store._checks import new_id
 from agentcontext.store._dialects import Dialect
@@ -23,6 +29,8 @@ from agentcontext.store._schema import resolve_records as RR
 from agentcontext.store._schema import snapshot_items as SI
 from agentcontext.store._schema import snapshots as SN
 from agentcontext.store.records import Chat, ChatInfo, ChatUpdate, utcnow
+
+_log = logging.getLogger("agentcontext.store")
 
 CHAT_COLS = (C.c.id, C.c.user_id, C.c.title, C.c.metadata, C.c.created_at, C.c.updated_at)
 
@@ -191,18 +199,41 @@ def list_query(
 
 
 def list_chats(conn: Connection, query: Select[Any]) -> list[ChatInfo]:
-    """Run a `list_query`."""
-    return [
-        _rows.build(
-            ChatInfo,
-            {
-                **_rows.chat(row).__dict__,
-                "message_count": int(row[6]),
-                "branch_count": int(row[7]),
-            },
-        )
-        for row in conn.execute(query)
-    ]
+    """Run a `list_query`. A chat row that cannot be decoded is listed with
+    ``ChatInfo.damaged`` saying what is wrong (and logged), so one damaged row never hides the
+    others."""
+    infos = []
+    for row in conn.execute(query):
+        counts = {"message_count": int(row[6]), "branch_count": int(row[7])}
+        try:
+            fields = {**_rows.chat(row).__dict__, **counts, "damaged": None}
+            infos.append(_rows.build(ChatInfo, fields))
+        except CorruptDataError as exc:
+            _log.warning("%s", exc)
+            infos.append(_damaged_info(row, counts, str(exc)))
+    return infos
+
+
+_EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+def _damaged_info(row: Any, counts: dict[str, int], reason: str) -> ChatInfo:
+    def readable(value: Any, kind: type) -> Any:
+        return value if isinstance(value, kind) else None
+
+    return _rows.build(
+        ChatInfo,
+        {
+            "id": row[0],
+            "user_id": row[1],
+            "title": readable(row[2], str),
+            "metadata": readable(row[3], dict) or {},
+            "created_at": readable(row[4], datetime) or _EPOCH,
+            "updated_at": readable(row[5], datetime) or _EPOCH,
+            **counts,
+            "damaged": reason,
+        },
+    )
 
 
 def delete_chat(conn: Connection, dialect: Dialect, chat_id: str, user_id: str | None) -> bool:

@@ -12,24 +12,46 @@ from agentcontext.store.records import Checkpoint, utcnow
 
 __all__ = ["CHECKPOINT_COLS", "create", "get", "list_all", "remove"]
 
-CHECKPOINT_COLS = (K.c.id, K.c.chat_id, K.c.name, K.c.message_id, K.c.created_at)
+CHECKPOINT_COLS = (
+    K.c.id,
+    K.c.chat_id,
+    K.c.name,
+    K.c.message_id,
+    K.c.created_at,
+    K.c.branch_id,
+)
 
 
 def create(
-    conn: Connection, dialect: Dialect, chat_id: str, name: str, message_id: str
+    conn: Connection,
+    dialect: Dialect,
+    chat_id: str,
+    name: str,
+    message_id: str,
+    branch_id: str | None = None,
 ) -> Checkpoint:
-    """Create a checkpoint, or move the one of that name (write transaction)."""
+    """Create a checkpoint, or move the one of that name (write transaction). ``branch_id``:
+    the branch it is made on, if known."""
     now = utcnow()
     _chats.touch(conn, chat_id)
     _branches.check_head(conn, chat_id, message_id)
     insert = dialect.insert(K)
     statement = (
         insert.values(
-            id=new_id(), chat_id=chat_id, name=name, message_id=message_id, created_at=now
+            id=new_id(),
+            chat_id=chat_id,
+            name=name,
+            message_id=message_id,
+            created_at=now,
+            branch_id=branch_id,
         )
         .on_conflict_do_update(
             index_elements=[K.c.chat_id, K.c.name],
-            set_={"message_id": insert.excluded.message_id, "created_at": now},
+            set_={
+                "message_id": insert.excluded.message_id,
+                "created_at": now,
+                "branch_id": insert.excluded.branch_id,
+            },
         )
         .returning(*CHECKPOINT_COLS)
     )

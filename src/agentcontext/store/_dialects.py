@@ -55,6 +55,7 @@ from sqlalchemy.pool import StaticPool
 from agentcontext._validate import dumps, loads
 from agentcontext.errors import InvalidInputError, InvalidTypeError
 from agentcontext.store import _tokenizer
+from agentcontext.store._rows import damaged_json, damaged_time
 from agentcontext.store._schema import chats as C
 from agentcontext.store._schema import messages as M
 
@@ -127,12 +128,17 @@ class Dialect(abc.ABC):
         """A timestamp as a raw statement binds it (what ``UTCDateTime`` would store)."""
 
     @abc.abstractmethod
-    def decode_time(self, value: Any) -> datetime:
-        """A timestamp of a raw row as an aware UTC datetime."""
+    def decode_time(self, value: Any) -> Any:
+        """A timestamp of a raw row as an aware UTC datetime (`Damaged` if it is not one)."""
 
     def decode_json(self, value: Any) -> Any:
-        """A JSON column of a raw row (its text) as a value."""
-        return None if value is None else loads(value)
+        """A JSON column of a raw row (its text) as a value (`Damaged` if it is not JSON)."""
+        if value is None or not isinstance(value, (str, bytes)):
+            return value
+        try:
+            return loads(value)
+        except (ValueError, TypeError, RecursionError) as exc:
+            return damaged_json(value, exc)
 
     @abc.abstractmethod
     def raw_json(self, column_: Any) -> ColumnElement[Any]:
@@ -413,8 +419,12 @@ class SqliteDialect(Dialect):
     def encode_time(self, moment: datetime) -> str:
         return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
-    def decode_time(self, value: Any) -> datetime:
-        return datetime.fromisoformat(value)
+    def decode_time(self, value: Any) -> Any:
+        try:
+            moment = datetime.fromisoformat(value)
+        except (TypeError, ValueError):
+            return damaged_time(value)  # named with its row when a record is built
+        return moment if moment.tzinfo is not None else damaged_time(value)
 
     def raw_json(self, column_: Any) -> ColumnElement[Any]:
         return type_coerce(column_, Text)
@@ -629,7 +639,7 @@ class PostgresDialect(Dialect):
     def encode_time(self, moment: datetime) -> datetime:
         return moment.astimezone(UTC)
 
-    def decode_time(self, value: Any) -> datetime:
+    def decode_time(self, value: Any) -> Any:
         assert isinstance(value, datetime)
         return value if value.tzinfo is UTC else value.astimezone(UTC)
 

@@ -19,6 +19,10 @@ def graph(conn: Connection, chat_id: str) -> Graph:
         .where(M.c.chat_id == chat_id)
         .order_by(M.c.seq)
     ).all()
+    for row in rows:
+        for value in (row[3], row[4]):
+            if isinstance(value, _rows.Damaged):
+                raise _rows.corrupt("messages", row[0], chat_id, value.reason, what="message")
     nodes = [
         _rows.build(
             GraphNode,

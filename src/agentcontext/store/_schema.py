@@ -34,6 +34,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from agentcontext._validate import dumps, loads
+from agentcontext.store._rows import damaged_json, damaged_time
 
 __all__ = [
     "VERSION_TABLE",
@@ -87,13 +88,16 @@ class UTCDateTime(TypeDecorator[datetime]):
             return value.isoformat(timespec="microseconds")
         return value
 
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
         if value is None:
             return None
-        if isinstance(value, str):
-            return datetime.fromisoformat(value)
-        assert isinstance(value, datetime)
-        return value.astimezone(UTC)
+        if isinstance(value, datetime):
+            return value.astimezone(UTC)
+        try:
+            moment = datetime.fromisoformat(value)
+        except (TypeError, ValueError):
+            return damaged_time(value)  # named with its row when a record is built
+        return moment if moment.tzinfo is not None else damaged_time(value)
 
 
 class JSONText(TypeDecorator[Any]):
@@ -110,7 +114,12 @@ class JSONText(TypeDecorator[Any]):
         return None if value is None else dumps(value)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> Any:
-        return None if value is None else loads(value)
+        if value is None:
+            return None
+        try:
+            return loads(value)
+        except (ValueError, TypeError, RecursionError) as exc:
+            return damaged_json(value, exc)  # named with its row when a record is built
 
 
 JSONDocument = JSON().with_variant(JSONB(), "postgresql").with_variant(JSONText(), "sqlite")
@@ -237,6 +246,8 @@ class CheckpointRow(Base):
     name: Mapped[str] = mapped_column(String(255))
     message_id: Mapped[str] = mapped_column(String(255), ForeignKey("messages.id"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    branch_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    """The branch it was made on (a restore is named after it); may have been deleted since."""
 
     __table_args__ = (
         UniqueConstraint("chat_id", "name"),

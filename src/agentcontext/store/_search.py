@@ -15,7 +15,6 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, select
 
-from agentcontext._validate import loads
 from agentcontext.store import _rows, _text, _tokenizer
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._schema import messages as M
@@ -88,7 +87,9 @@ def search(
     while len(matches) < size:
         rows = conn.execute(statement, {**params, "before_seq": before}).all()
         for row in rows:
-            data = None if row[6] is None else loads(row[6])
+            data = dialect.decode_json(row[6])
+            if isinstance(data, _rows.Damaged):
+                raise _rows.corrupt("messages", row[1], row[2], data.reason, what="message")
             searchable = _text.search_text(data) if data is not None else ""
             tokens = _tokenizer.tokens(searchable)
             if dialect.exact_candidates or wanted.issubset(tokens):

@@ -213,6 +213,7 @@ def import_chat(
                 name=checkpoint.name,
                 message_id=checkpoint.message_id,
                 created_at=checkpoint.created_at,
+                branch_id=checkpoint.branch_id,
             )
         )
     _snapshots.put_blobs(conn, dialect, held)

@@ -307,8 +307,12 @@ class ContextStore(abc.ABC):
     # --- checkpoints ------------------------------------------------------------------------
 
     @abc.abstractmethod
-    async def create_checkpoint(self, chat_id: str, name: str, message_id: str) -> Checkpoint:
-        """Create a checkpoint, or move an existing one of that name to ``message_id``."""
+    async def create_checkpoint(
+        self, chat_id: str, name: str, message_id: str, *, branch_id: str | None = None
+    ) -> Checkpoint:
+        """Create a checkpoint, or move an existing one of that name to ``message_id``.
+
+        ``branch_id``: the branch it is made on (a restore is named after it), if any."""
 
     @abc.abstractmethod
     async def get_checkpoint(self, chat_id: str, name: str) -> Checkpoint | None:

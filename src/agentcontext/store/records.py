@@ -63,6 +63,10 @@ class ChatInfo(Chat):
     message_count: int
     """Every message of the chat, on all branches."""
     branch_count: int
+    damaged: str | None = None
+    """None for a healthy chat. For a chat row the store cannot decode (damaged, or written
+    outside agentcontext), what is wrong with it: the chat is still listed, with the fields it
+    could not read set to neutral values (no title, empty metadata, the epoch for a time)."""
 
 
 class ChatUpdate(BaseModel):
@@ -171,6 +175,9 @@ class Checkpoint(_Record):
     name: str
     message_id: str
     created_at: AwareDatetime
+    branch_id: str | None = None
+    """The branch it was made on, when known (`ContextEngine.restore` names the new branch
+    after it); that branch may have been deleted since."""
 
 
 class SearchResult(_Record):

@@ -836,10 +836,13 @@ class SqlContextStore(ContextStore):
 
     # --- checkpoints ------------------------------------------------------------------------
 
-    async def create_checkpoint(self, chat_id: str, name: str, message_id: str) -> Checkpoint:
+    async def create_checkpoint(
+        self, chat_id: str, name: str, message_id: str, *, branch_id: str | None = None
+    ) -> Checkpoint:
         v.check_id(chat_id, "chat_id")
         v.check_id(name, "checkpoint name")
         v.check_id(message_id, "message_id")
+        v.check_optional_id(branch_id, "branch_id")
         checkpoint: Checkpoint = await self._run(
             "write",
             _checkpoints.create,
@@ -847,6 +850,7 @@ class SqlContextStore(ContextStore):
             chat_id=chat_id,
             name=name,
             message_id=message_id,
+            branch_id=branch_id,
             holds=chat_id,
         )
         return checkpoint
