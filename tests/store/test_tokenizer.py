@@ -13,8 +13,10 @@ import contextlib
 import functools
 import os
 import re
+import sys
 import unicodedata
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hypothesis import example, given, settings
@@ -164,6 +166,7 @@ def _assert_same(text: str) -> None:
 @example("aﾞ ﾞ b ﾟ")  # halfwidth voiced marks: letters folding to nothing
 @example("が パ ヴ か\u3099 ゛゜・゠ー")  # kana with (and without) composed voiced marks
 @example("東京は日本の首都です。テストtest日本x語")  # CJK one by one, Latin between
+@example("日本 a½b ⑴x ﬁ")  # CJK, and letters folding to more than one token
 @example("한국어 가힣 ᄀᄁ")  # Hangul (syllables decompose into jamo)
 @example("\U00020000a\U0003134fb\U00031350c \U0002f800")  # CJK beyond the BMP, and past it
 @example("\u3040\u3097\u309f\u30ff\u4dbf\u4e00\u9fff\ufa0e")  # the CJK ranges' edges
@@ -216,11 +219,37 @@ def test_the_same_when_texts_are_folded_whole(text: str, many: int) -> None:
 
 @settings(max_examples=max(EXAMPLES // 3, 20), deadline=None)
 @given(texts)
-def test_the_same_when_characters_are_not_remembered(text: str) -> None:
-    """Past a bound, characters are looked at every time instead of remembered."""
-    with _patched(_PLAIN=set(), _PLAIN_CJK=set(), _OTHER={}, _LEARNT_AT_MOST=0):
+def test_the_same_when_characters_are_forgotten(text: str) -> None:
+    """Past a bound, the characters learnt are forgotten and learnt again."""
+    with _patched(_LEARNT_AT_MOST=0):
+        _tokenizer._forget()
         _assert_same(text)
-        assert not (_tokenizer._PLAIN or _tokenizer._PLAIN_CJK or _tokenizer._OTHER)
+        assert set(map(chr, range(128))) | set(text) >= _tokenizer._learnt.known
+
+
+def test_threads_that_learn_and_forget_at_once() -> None:
+    """A thread that makes the others' characters forgotten does not change their tokens."""
+    samples = [
+        "".join(chr(code) for code in range(start, start + 40)) + " Straße ½ 日本 e\u0301x"
+        for start in range(0xA0, 0x3000, 37)
+    ]
+    expected = [(_reference_tokens(text), list(_reference_iter_tokens(text))) for text in samples]
+
+    def work(offset: int) -> bool:
+        order = samples[offset:] + samples[:offset]
+        wanted = expected[offset:] + expected[:offset]
+        return all(
+            (tokens(text), list(iter_tokens(text))) == pair
+            for text, pair in zip(order, wanted, strict=True)
+        )
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with _patched(_LEARNT_AT_MOST=300), ThreadPoolExecutor(4) as pool:
+            assert all(pool.map(work, [i * len(samples) // 4 for i in range(4)]))
+    finally:
+        sys.setswitchinterval(interval)
 
 
 @functools.cache

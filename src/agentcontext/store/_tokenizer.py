@@ -30,7 +30,7 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from itertools import accumulate, chain, compress, count
+from itertools import accumulate, chain, compress, count, zip_longest
 from operator import add, sub
 
 __all__ = [
@@ -49,45 +49,14 @@ _CJK_RANGES = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U
 _CJK = re.compile(f"[{_CJK_RANGES}]")
 _TOKEN = re.compile(f"(?=\\w)[{_CJK_RANGES}]|[^\\W_{_CJK_RANGES}]+")
 """A token of folded text: a CJK letter alone, or a run of other letters and digits."""
+_CJK_RUNS = re.compile(f"([{_CJK_RANGES}]+)")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
-_ASCII = frozenset(map(chr, range(128)))
 _ASCII_FOLD = bytes(
     (code | 0x20 if 0x41 <= code <= 0x5A else code) if code >= 0x80 or chr(code).isalnum() else 0x20
     for code in range(256)
 )
 """For UTF-8: ASCII letters lower-cased, other ASCII characters but digits made a space, the
 bytes of other characters kept. The text keeps its length in characters."""
-
-
-# How a text is folded. Folding (NFKD, combining marks removed, case folding) acts on each
-# character on its own: NFKD decomposes character by character and only reorders combining
-# marks, which are all removed, and case folding has no context. So a run folds to its
-# characters' folds put together, and a text is folded without being cut into runs first:
-# every character that separates runs becomes a space (a lone surrogate too, so the text can
-# be encoded), ASCII letters are lower-cased (both by one translation of the UTF-8 bytes),
-# every other character that folding changes is replaced by its fold (one pass per such
-# character of the text, not per word), and the tokens are what `str.split` finds. A run
-# gives other than one token only when a character of it folds to a CJK letter or to
-# something other than letters and digits (``½`` to ``1``, U+2044, ``2``): texts holding
-# such a character are cut by `_TOKEN` instead. A text with many characters to replace is
-# folded whole (NFKD, marks removed, case folding: a pass each) after its separators became
-# spaces, since a separator could fold to nothing (a combining mark) or to letters (``™``)
-# and join the runs around it.
-#
-# What a non-ASCII character needs is learnt the first time it is seen:
-_PLAIN: set[str] = set()
-"""Letters and digits that fold to themselves, not CJK."""
-_PLAIN_CJK: set[str] = set()
-"""CJK letters that fold to themselves."""
-_OTHER: dict[str, tuple[str | None, bool, str]] = {}
-"""Every other character: what it is replaced by (a space for a character that separates
-runs; its fold, with NUL for what separates tokens in it; ``None``: itself), whether its run
-may give other than one token, the combining marks of its NFKD."""
-_LEARNT_AT_MOST = 1 << 15
-"""Characters remembered at most (the rest are looked at again each time)."""
-_MANY = 24
-"""More characters to replace than this, and the text is folded whole."""
-_SPACE: tuple[str | None, bool, str] = (" ", False, "")
 
 
 def _fold(run: str) -> str:
@@ -100,47 +69,117 @@ def _fold(run: str) -> str:
     return decomposed.casefold()
 
 
-def _learn(char: str) -> tuple[str | None, bool, str]:
-    """What folding does to a non-ASCII character (as in `_OTHER`). Remembered."""
-    info: tuple[str | None, bool, str]
-    if _WORD.fullmatch(char) is None:
-        info = _SPACE
-    else:
-        decomposed = unicodedata.normalize("NFKD", char)
-        marks = "".join(c for c in decomposed if unicodedata.combining(c))
-        folded = _SEPARATOR.sub("\0", _fold(char))
-        odd = "\0" in folded or _CJK.search(folded) is not None
-        info = (None if folded == char else folded, odd, marks)
-    if len(_PLAIN) + len(_PLAIN_CJK) + len(_OTHER) < _LEARNT_AT_MOST:
-        if info[0] is None and not info[2]:
-            (_PLAIN_CJK if info[1] else _PLAIN).add(char)
+# How a text is folded. Folding acts on each character on its own: NFKD decomposes character
+# by character and only reorders combining marks, which are all removed, and case folding has
+# no context. So a run folds to its characters' folds put together, and a text is folded
+# without being cut into runs first, in passes over the whole text rather than per word:
+#
+# - every non-ASCII character that separates runs becomes a space (a lone surrogate too);
+# - ASCII letters are lower-cased and the other ASCII characters but digits become spaces, in
+#   one translation of the UTF-8 bytes;
+# - every other character that folding changes is replaced by its fold, in one pass per such
+#   character of the text, with NUL for what in a fold is neither letter nor digit (``½``
+#   gives ``1``, U+2044, ``2``);
+# - the tokens are what `str.split` finds, unless a character is "odd" (a CJK letter, or one
+#   that folds to CJK letters or to NUL): then CJK letters are taken one by one (`_CJK_RUNS`)
+#   or the text is cut by `_TOKEN`.
+#
+# A text with more than `_MANY` characters to replace (Hangul, say) is folded whole instead:
+# NFKD, marks removed, case folding, a pass each. Its separators are spaces by then: one could
+# fold to nothing (a combining mark) or to letters (``™``) and join the runs around it.
+#
+# `iter_tokens` keeps each run's span: the first two steps keep the text's length, so cutting
+# it at spaces gives the runs where they were, and cutting the replaced text (a fold holds no
+# space) gives their folds, in the same order.
+
+
+class _Learnt:
+    """What folding does to each character seen so far (ASCII needs nothing of this)."""
+
+    __slots__ = ("changing", "folds", "known", "marked", "marks", "odd", "plain", "separators")
+
+    def __init__(self) -> None:
+        self.plain: set[str] = set(map(chr, range(128)))
+        """Characters that need nothing: ASCII, and letters and digits that fold to themselves
+        (not CJK, no combining mark in their NFKD)."""
+        self.separators: set[str] = set()
+        """Characters that separate runs (neither letters nor digits): made spaces."""
+        self.folds: dict[str, str] = {}
+        """Letters and digits that fold to something else: their fold, with NUL for what in it
+        is neither letter nor digit."""
+        self.changing: set[str] = set()
+        """The keys of `folds`."""
+        self.odd: set[str] = set()
+        """Letters and digits whose run may give other than one token: CJK letters, and those
+        folding to CJK letters or to what is neither letter nor digit."""
+        self.marks: dict[str, str] = {}
+        """Letters and digits whose NFKD holds combining marks: those marks."""
+        self.marked: set[str] = set()
+        """The keys of `marks`."""
+        self.known: set[str] = set(self.plain)
+        """Every character learnt (added last: the rest is in place by then)."""
+
+    def learn(self, char: str) -> None:
+        if _WORD.fullmatch(char) is None:
+            self.separators.add(char)
         else:
-            _OTHER[char] = info
-    return info
+            decomposed = unicodedata.normalize("NFKD", char)
+            marks = "".join(c for c in decomposed if unicodedata.combining(c))
+            folded = _SEPARATOR.sub("\0", _fold(char))
+            odd = "\0" in folded or _CJK.search(folded) is not None
+            if odd:
+                self.odd.add(char)
+            if marks:
+                self.marks[char] = marks
+                self.marked.add(char)
+            if folded != char:
+                self.folds[char] = folded
+                self.changing.add(char)
+            elif not odd and not marks:
+                self.plain.add(char)
+        self.known.add(char)
 
 
-def _look(text: str) -> tuple[list[str], list[tuple[str, str]], str, bool]:
+_learnt = _Learnt()
+"""Replaced by a new one (not cleared) past `_LEARNT_AT_MOST`, so a call under way in
+another thread keeps a consistent one."""
+_LEARNT_AT_MOST = 1 << 15
+"""Characters remembered at most; past that, all are forgotten and learnt again."""
+_MANY = 24
+"""More characters to replace than this, and the text is folded whole."""
+
+
+def _forget() -> None:
+    global _learnt
+    _learnt = _Learnt()
+
+
+def _look(text: str) -> tuple[set[str], list[tuple[str, str]] | None, str, bool]:
     """What folding ``text`` (not all ASCII) takes: the characters that separate runs, the
-    others to replace (and by what), the combining marks of their NFKD, and whether a run may
-    give other than one token."""
+    others to replace and by what (``None``: too many, fold the text whole), the combining
+    marks to remove then, and whether a run may give other than one token."""
     if len(text.encode("utf-8", "surrogatepass")) - len(text) < 32:  # few non-ASCII characters
         chars = set(_NON_ASCII.findall(text))
     else:
-        chars = set(text).difference(_ASCII)
-    odd = not chars.isdisjoint(_PLAIN_CJK)
-    separators: list[str] = []
-    changes: list[tuple[str, str]] = []
+        chars = set(text)
+    learnt = _learnt
+    rest = chars - learnt.plain
+    new = rest - learnt.known
+    if new:
+        if len(learnt.known) + len(new) > _LEARNT_AT_MOST:
+            _forget()
+            learnt = _learnt
+            new = rest = chars - learnt.plain
+        for char in new:
+            learnt.learn(char)
+    changing = rest & learnt.changing
     marks = ""
-    for char in chars.difference(_PLAIN, _PLAIN_CJK):
-        replacement, odd_char, found = _OTHER.get(char) or _learn(char)
-        if replacement == " ":
-            separators.append(char)
-            continue
-        if replacement is not None:
-            changes.append((char, replacement))
-        odd = odd or odd_char
-        marks += found
-    return separators, changes, marks, odd
+    changes: list[tuple[str, str]] | None = None
+    if len(changing) > _MANY:
+        marks = "".join([learnt.marks[char] for char in rest & learnt.marked])
+    else:
+        changes = [(char, learnt.folds[char]) for char in changing]
+    return rest & learnt.separators, changes, marks, not rest.isdisjoint(learnt.odd)
 
 
 def _fold_whole(text: str, marks: str) -> str:
@@ -157,28 +196,35 @@ def tokens(text: str) -> list[str]:
     separators, changes, marks, odd = _look(text)
     for char in separators:
         text = text.replace(char, " ")
-    if len(changes) > _MANY:
+    if changes is None:
         text = _fold_whole(text, marks)
     else:
         for char, replacement in changes:
             text = text.replace(char, replacement)
     text = text.encode().translate(_ASCII_FOLD).decode()
-    return _TOKEN.findall(text) if odd else text.split()
+    if not odd:
+        return text.split()
+    if changes is None:
+        return _TOKEN.findall(text)
+    # Only letters, digits and spaces are left (NUL became a space): CJK letters one by one.
+    pieces = _CJK_RUNS.split(text)
+    words = map(str.split, pieces[0::2])
+    letters = map(list, pieces[1::2])
+    return list(chain.from_iterable(chain.from_iterable(zip_longest(words, letters, fillvalue=()))))
 
 
 def _chunk_tokens(text: str, offset: int) -> Iterator[tuple[str, int, int]]:
     """`iter_tokens` of a text that starts at ``offset`` of the whole one, between two runs."""
-    if text.isascii():
-        changes: list[tuple[str, str]] = []
-        odd = False
-    else:
+    changes: list[tuple[str, str]] | None = []
+    odd = False
+    if not text.isascii():
         separators, changes, marks, odd = _look(text)
         for char in separators:
             text = text.replace(char, " ")
     text = text.encode().translate(_ASCII_FOLD).decode()  # the runs keep their spans
     runs = text.split(" ")  # and empty strings between separators
     folded = runs
-    if len(changes) > _MANY:
+    if changes is None:
         folded = _fold_whole(text.replace(" ", "\0"), marks).split("\0")
     elif changes:
         for char, replacement in changes:
@@ -189,7 +235,13 @@ def _chunk_tokens(text: str, offset: int) -> Iterator[tuple[str, int, int]]:
     spans = compress(zip(folded, map(sub, ends, lengths), ends, strict=True), folded)
     if not odd:  # one token per run, unless it folded to nothing
         return spans
-    return iter([(token, start, end) for run, start, end in spans for token in _TOKEN.findall(run)])
+    out: list[tuple[str, int, int]] = []
+    for run, start, end in spans:
+        if run.isascii() and run.isalnum():
+            out.append((run, start, end))
+        else:
+            out.extend([(token, start, end) for token in _TOKEN.findall(run)])
+    return iter(out)
 
 
 _CHUNK = 4096
