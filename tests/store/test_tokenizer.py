@@ -167,6 +167,7 @@ def _assert_same(text: str) -> None:
 @example("が パ ヴ か\u3099 ゛゜・゠ー")  # kana with (and without) composed voiced marks
 @example("東京は日本の首都です。テストtest日本x語")  # CJK one by one, Latin between
 @example("日本 a½b ⑴x ﬁ")  # CJK, and letters folding to more than one token
+@example("東京は日本の首都です。テストtest日本x語 " * 4 + "a½b ⑴x ﬁ ｶﾞ")  # the same, longer
 @example("한국어 가힣 ᄀᄁ")  # Hangul (syllables decompose into jamo)
 @example("\U00020000a\U0003134fb\U00031350c \U0002f800")  # CJK beyond the BMP, and past it
 @example("\u3040\u3097\u309f\u30ff\u4dbf\u4e00\u9fff\ufa0e")  # the CJK ranges' edges

@@ -158,7 +158,8 @@ def _look(text: str) -> tuple[set[str], list[tuple[str, str]] | None, str, bool]
     """What folding ``text`` (not all ASCII) takes: the characters that separate runs, the
     others to replace and by what (``None``: too many, fold the text whole), the combining
     marks to remove then, and whether a run may give other than one token."""
-    if len(text.encode("utf-8", "surrogatepass")) - len(text) < 32:  # few non-ASCII characters
+    size = len(text)
+    if size > 96 and len(text.encode("utf-8", "surrogatepass")) - size < 32:  # few non-ASCII
         chars = set(_NON_ASCII.findall(text))
     else:
         chars = set(text)
@@ -204,7 +205,7 @@ def tokens(text: str) -> list[str]:
     text = text.encode().translate(_ASCII_FOLD).decode()
     if not odd:
         return text.split()
-    if changes is None:
+    if changes is None or len(text) <= 64:
         return _TOKEN.findall(text)
     # Only letters, digits and spaces are left (NUL became a space): CJK letters one by one.
     pieces = _CJK_RUNS.split(text)
