@@ -30,6 +30,8 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from itertools import accumulate, chain, compress, count, zip_longest
+from operator import add, sub
 
 __all__ = [
     "SIGNATURE_BITS",
@@ -41,9 +43,20 @@ __all__ = [
     "tokens",
 ]
 
-_ASCII_WORD = re.compile(r"[a-z0-9]+")
 _WORD = re.compile(r"[^\W_]+")
-_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]")
+_SEPARATOR = re.compile(r"[\W_]")
+_CJK_RANGES = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+_CJK = re.compile(f"[{_CJK_RANGES}]")
+_TOKEN = re.compile(f"(?=\\w)[{_CJK_RANGES}]|[^\\W_{_CJK_RANGES}]+")
+"""A token of folded text: a CJK letter alone, or a run of other letters and digits."""
+_CJK_RUNS = re.compile(f"([{_CJK_RANGES}]+)")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_ASCII_FOLD = bytes(
+    (code | 0x20 if 0x41 <= code <= 0x5A else code) if code >= 0x80 or chr(code).isalnum() else 0x20
+    for code in range(256)
+)
+"""For UTF-8: ASCII letters lower-cased, other ASCII characters but digits made a space, the
+bytes of other characters kept. The text keeps its length in characters."""
 
 
 def _fold(run: str) -> str:
@@ -56,41 +69,204 @@ def _fold(run: str) -> str:
     return decomposed.casefold()
 
 
-def _split(folded: str) -> Iterator[str]:
-    """The tokens of one folded run: letter/digit runs, CJK characters one by one."""
-    for word in _WORD.findall(folded):
-        if word.isascii() or not _CJK.search(word):
-            yield word
-            continue
-        start = 0
-        for hit in _CJK.finditer(word):
-            if hit.start() > start:
-                yield word[start : hit.start()]
-            yield hit.group()
-            start = hit.end()
-        if start < len(word):
-            yield word[start:]
+# How a text is folded. Folding acts on each character on its own: NFKD decomposes character
+# by character and only reorders combining marks, which are all removed, and case folding has
+# no context. So a run folds to its characters' folds put together, and a text is folded
+# without being cut into runs first, in passes over the whole text rather than per word:
+#
+# - every non-ASCII character that separates runs becomes a space (a lone surrogate too);
+# - ASCII letters are lower-cased and the other ASCII characters but digits become spaces, in
+#   one translation of the UTF-8 bytes;
+# - every other character that folding changes is replaced by its fold, in one pass per such
+#   character of the text, with NUL for what in a fold is neither letter nor digit (``½``
+#   gives ``1``, U+2044, ``2``);
+# - the tokens are what `str.split` finds, unless a character is "odd" (a CJK letter, or one
+#   that folds to CJK letters or to NUL): then CJK letters are taken one by one (`_CJK_RUNS`)
+#   or the text is cut by `_TOKEN`.
+#
+# A text with more than `_MANY` characters to replace (Hangul, say) is folded whole instead:
+# NFKD, marks removed, case folding, a pass each. Its separators are spaces by then: one could
+# fold to nothing (a combining mark) or to letters (``™``) and join the runs around it.
+#
+# `iter_tokens` keeps each run's span: the first two steps keep the text's length, so cutting
+# it at spaces gives the runs where they were, and cutting the replaced text (a fold holds no
+# space) gives their folds, in the same order.
 
 
-def iter_tokens(text: str) -> Iterator[tuple[str, int, int]]:
-    """``(token, start, end)`` for every token; the span is the run of ``text`` it came from."""
-    if text.isascii():
-        for hit in _ASCII_WORD.finditer(text.lower()):
-            yield hit.group(), hit.start(), hit.end()
-        return
-    for run in _WORD.finditer(text):
-        for token in _split(_fold(run.group())):
-            yield token, run.start(), run.end()
+class _Learnt:
+    """What folding does to each character seen so far (ASCII needs nothing of this)."""
+
+    __slots__ = ("changing", "folds", "known", "marked", "marks", "odd", "plain", "separators")
+
+    def __init__(self) -> None:
+        self.plain: set[str] = set(map(chr, range(128)))
+        """Characters that need nothing: ASCII, and letters and digits that fold to themselves
+        (not CJK, no combining mark in their NFKD)."""
+        self.separators: set[str] = set()
+        """Characters that separate runs (neither letters nor digits): made spaces."""
+        self.folds: dict[str, str] = {}
+        """Letters and digits that fold to something else: their fold, with NUL for what in it
+        is neither letter nor digit."""
+        self.changing: set[str] = set()
+        """The keys of `folds`."""
+        self.odd: set[str] = set()
+        """Letters and digits whose run may give other than one token: CJK letters, and those
+        folding to CJK letters or to what is neither letter nor digit."""
+        self.marks: dict[str, str] = {}
+        """Letters and digits whose NFKD holds combining marks: those marks."""
+        self.marked: set[str] = set()
+        """The keys of `marks`."""
+        self.known: set[str] = set(self.plain)
+        """Every character learnt (added last: the rest is in place by then)."""
+
+    def learn(self, char: str) -> None:
+        if _WORD.fullmatch(char) is None:
+            self.separators.add(char)
+        else:
+            decomposed = unicodedata.normalize("NFKD", char)
+            marks = "".join(c for c in decomposed if unicodedata.combining(c))
+            folded = _SEPARATOR.sub("\0", _fold(char))
+            odd = "\0" in folded or _CJK.search(folded) is not None
+            if odd:
+                self.odd.add(char)
+            if marks:
+                self.marks[char] = marks
+                self.marked.add(char)
+            if folded != char:
+                self.folds[char] = folded
+                self.changing.add(char)
+            elif not odd and not marks:
+                self.plain.add(char)
+        self.known.add(char)
+
+
+_learnt = _Learnt()
+"""Replaced by a new one (not cleared) past `_LEARNT_AT_MOST`, so a call under way in
+another thread keeps a consistent one."""
+_LEARNT_AT_MOST = 1 << 15
+"""Characters remembered at most; past that, all are forgotten and learnt again."""
+_MANY = 24
+"""More characters to replace than this, and the text is folded whole."""
+
+
+def _forget() -> None:
+    global _learnt
+    _learnt = _Learnt()
+
+
+def _look(text: str) -> tuple[set[str], list[tuple[str, str]] | None, str, bool]:
+    """What folding ``text`` (not all ASCII) takes: the characters that separate runs, the
+    others to replace and by what (``None``: too many, fold the text whole), the combining
+    marks to remove then, and whether a run may give other than one token."""
+    size = len(text)
+    if size > 96 and len(text.encode("utf-8", "surrogatepass")) - size < 32:  # few non-ASCII
+        chars = set(_NON_ASCII.findall(text))
+    else:
+        chars = set(text)
+    learnt = _learnt
+    rest = chars - learnt.plain
+    new = rest - learnt.known
+    if new:
+        if len(learnt.known) + len(new) > _LEARNT_AT_MOST:
+            _forget()
+            learnt = _learnt
+            new = rest = chars - learnt.plain
+        for char in new:
+            learnt.learn(char)
+    changing = rest & learnt.changing
+    marks = ""
+    changes: list[tuple[str, str]] | None = None
+    if len(changing) > _MANY:
+        marks = "".join([learnt.marks[char] for char in rest & learnt.marked])
+    else:
+        changes = [(char, learnt.folds[char]) for char in changing]
+    return rest & learnt.separators, changes, marks, not rest.isdisjoint(learnt.odd)
+
+
+def _fold_whole(text: str, marks: str) -> str:
+    text = unicodedata.normalize("NFKD", text)
+    for mark in set(marks):
+        text = text.replace(mark, "")
+    return text.casefold()
 
 
 def tokens(text: str) -> list[str]:
     """The tokens of ``text``, in order (see the module documentation)."""
     if text.isascii():
-        return _ASCII_WORD.findall(text.lower())
-    out: list[str] = []
-    for run in _WORD.findall(text):
-        out.extend(_split(_fold(run)))
-    return out
+        return text.encode().translate(_ASCII_FOLD).decode().split()
+    separators, changes, marks, odd = _look(text)
+    for char in separators:
+        text = text.replace(char, " ")
+    if changes is None:
+        text = _fold_whole(text, marks)
+    else:
+        for char, replacement in changes:
+            text = text.replace(char, replacement)
+    text = text.encode().translate(_ASCII_FOLD).decode()
+    if not odd:
+        return text.split()
+    if changes is None or len(text) <= 64:
+        return _TOKEN.findall(text)
+    # Only letters, digits and spaces are left (NUL became a space): CJK letters one by one.
+    pieces = _CJK_RUNS.split(text)
+    words = map(str.split, pieces[0::2])
+    letters = map(list, pieces[1::2])
+    return list(chain.from_iterable(chain.from_iterable(zip_longest(words, letters, fillvalue=()))))
+
+
+def _chunk_tokens(text: str, offset: int) -> Iterator[tuple[str, int, int]]:
+    """`iter_tokens` of a text that starts at ``offset`` of the whole one, between two runs."""
+    changes: list[tuple[str, str]] | None = []
+    odd = False
+    if not text.isascii():
+        separators, changes, marks, odd = _look(text)
+        for char in separators:
+            text = text.replace(char, " ")
+    text = text.encode().translate(_ASCII_FOLD).decode()  # the runs keep their spans
+    runs = text.split(" ")  # and empty strings between separators
+    folded = runs
+    if changes is None:
+        folded = _fold_whole(text.replace(" ", "\0"), marks).split("\0")
+    elif changes:
+        for char, replacement in changes:
+            text = text.replace(char, replacement)
+        folded = text.split(" ")
+    lengths = list(map(len, runs))
+    ends = list(map(add, accumulate(lengths), count(offset)))  # one separator after each run
+    spans = compress(zip(folded, map(sub, ends, lengths), ends, strict=True), folded)
+    if not odd:  # one token per run, unless it folded to nothing
+        return spans
+    out: list[tuple[str, int, int]] = []
+    for run, start, end in spans:
+        if run.isascii() and run.isalnum():
+            out.append((run, start, end))
+        else:
+            out.extend([(token, start, end) for token in _TOKEN.findall(run)])
+    return iter(out)
+
+
+_CHUNK = 4096
+"""`iter_tokens` folds this many characters at a time (or a little more), so a caller that
+stops early does not pay for a long text's end."""
+
+
+def _chunks(text: str) -> Iterator[Iterator[tuple[str, int, int]]]:
+    size = len(text)
+    begin = 0
+    while begin < size:
+        end = begin + _CHUNK
+        if end < size:
+            cut = _SEPARATOR.search(text, end)
+            end = cut.start() if cut is not None else size
+        yield _chunk_tokens(text[begin:end], begin)
+        begin = end
+
+
+def iter_tokens(text: str) -> Iterator[tuple[str, int, int]]:
+    """``(token, start, end)`` for every token; the span is the run of ``text`` it came from."""
+    if len(text) <= _CHUNK:
+        return _chunk_tokens(text, 0)
+    return chain.from_iterable(_chunks(text))
 
 
 def query_tokens(query: str) -> list[str]:
