@@ -22,14 +22,13 @@ MAX_ID_LENGTH = 255
 MAX_JSON_DEPTH = 128
 """Deepest nesting of lists and dicts accepted in stored JSON (metadata, message data)."""
 
-MAX_MESSAGE_TEXT_BYTES = 256 * 1024
-"""Most searchable text one message may hold, in UTF-8 bytes.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""Most text one message may hold: 16 MiB, the UTF-8 size of all its strings (text and
+reasoning parts, tool inputs and outputs, data parts, metadata).
 
-The searchable text is what the full-text index covers (text and reasoning parts and tool
-names). PostgreSQL's index entry (a ``tsvector``) holds at most 1 MiB and can take up to about
-3.4 bytes per byte of text, so 256 KiB is the most that fits whatever the words; SQLite gets
-the same limit, so a message is accepted or refused alike on every backend. Tool outputs,
-data parts and files are not indexed and have no such limit.
+A message up to this size is stored whole and resolves whole on every backend; the full-text
+index holds the first 256 KiB of its searchable text. A larger message is refused when it is
+set on an engine, before any request could send it.
 """
 
 MAX_COUNT = 2**31 - 1
@@ -74,19 +73,62 @@ def check_unicode(value: object, what: str) -> str:
     return value
 
 
-def check_search_text(text: str, what: str) -> None:
-    """Refuse searchable text longer than `MAX_MESSAGE_TEXT_BYTES` (UTF-8)."""
-    if len(text) <= MAX_MESSAGE_TEXT_BYTES // 4:
-        return  # at most 4 bytes per character: cannot be too long
-    size = len(text.encode("utf-8"))
-    if size > MAX_MESSAGE_TEXT_BYTES:
-        raise InvalidInputError(
-            f"{what} has {size:,} bytes of searchable text (text and reasoning parts); one "
-            f"message may hold at most {MAX_MESSAGE_TEXT_BYTES:,} bytes so that the full-text "
-            "index can hold it on every backend. Split the text into several messages, or keep "
-            "large content out of the text: in a tool output or a data part, or as a file of a "
-            "ContextSnapshot, which are stored whole but not indexed"
-        )
+def too_big(size: int, what: str) -> InvalidInputError:
+    """The error for a message over `MAX_MESSAGE_BYTES`."""
+    return InvalidInputError(
+        f"{what} holds {size / 2**20:.1f} MiB of text; a message holds at most "
+        f"{MAX_MESSAGE_BYTES // 2**20} MiB (the UTF-8 size of its strings). Split the text into "
+        "several messages, or keep large content out of the conversation, as a file of a "
+        "ContextSnapshot"
+    )
+
+
+def check_message_size(message: Any, what: str) -> None:
+    """Refuse a `Message` whose strings hold more than `MAX_MESSAGE_BYTES` (UTF-8).
+
+    Cheap for the usual message: characters are counted first, and bytes only when four bytes
+    per character could pass the limit."""
+    chars = 0
+    walk: list[Any] = []
+    for part in message.parts:
+        text = getattr(part, "text", None)
+        if isinstance(text, str) and part.type in ("text", "reasoning"):
+            chars += len(text)
+        else:
+            walk.append(part.model_dump())
+    if message.metadata:
+        walk.append(message.metadata)
+    if walk:
+        chars += _string_size(walk, len)
+    if chars * 4 <= MAX_MESSAGE_BYTES:
+        return
+    size = _string_size(message.model_dump(), lambda text: len(text.encode("utf-8", "replace")))
+    if size > MAX_MESSAGE_BYTES:
+        raise too_big(size, what)
+
+
+def _string_size(value: Any, measure: Any) -> int:
+    """The size of the strings in ``value``, each container counted once (a value that
+    contains itself is refused later, by `check_json`)."""
+    total = 0
+    stack = [value]
+    seen: set[int] = set()
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += measure(item)
+        elif isinstance(item, (dict, list, tuple)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if isinstance(key, str):
+                        total += measure(key)
+                    stack.append(child)
+            else:
+                stack.extend(item)
+    return total
 
 
 def check_id(value: object, what: str) -> str:
@@ -182,15 +224,17 @@ def _short(value: int) -> str:
     return f"{value:,}"
 
 
-def check_json(value: object, what: str) -> None:
+def check_json(value: object, what: str, *, max_bytes: int | None = None) -> None:
     """Check that ``value`` can be stored as JSON with one meaning on every backend.
 
     Accepted: str, int, float, bool, None, lists and tuples of these, and dicts with str keys.
     Refused with `SerializationError`: NaN and infinite floats, non-string keys, NUL
     characters and lone surrogates in strings or keys, nesting deeper than
-    `MAX_JSON_DEPTH`, a value that contains itself, and any other type.
+    `MAX_JSON_DEPTH`, a value that contains itself, and any other type. With ``max_bytes``,
+    strings (keys included) holding more UTF-8 bytes in all are refused (`too_big`).
     """
     # Iterative walk: deep input must not hit Python's recursion limit.
+    size = 0
     stack: list[tuple[object, str, int]] = [(value, "$", 0)]
     active: set[int] = set()
     exits: list[tuple[int, int]] = []  # (stack length at which to leave, id)
@@ -199,7 +243,7 @@ def check_json(value: object, what: str) -> None:
             active.discard(exits.pop()[1])
         item, path, depth = stack.pop()
         if isinstance(item, str):
-            _check_json_str(item, what, path)
+            size += _check_json_str(item, what, path)
         elif isinstance(item, bool) or item is None:
             continue
         elif isinstance(item, int):
@@ -230,7 +274,7 @@ def check_json(value: object, what: str) -> None:
                             f"{what} has the key {key!r} (of type {type_name(key)}) at {path}; "
                             "JSON object keys must be strings: convert it with str()"
                         )
-                    _check_json_str(key, what, f"{path} (key)")
+                    size += _check_json_str(key, what, f"{path} (key)")
                     stack.append((child, f"{path}.{key}", depth + 1))
             else:
                 for index, child in enumerate(item):
@@ -240,15 +284,20 @@ def check_json(value: object, what: str) -> None:
                 f"{what} holds a value of type {type_name(item)} at {path}, which JSON cannot "
                 "represent; convert it to str, int, float, bool, None, list or dict"
             )
+    if max_bytes is not None and size > max_bytes:
+        raise too_big(size, what)
 
 
-def _check_json_str(text: str, what: str, path: str) -> None:
+def _check_json_str(text: str, what: str, path: str) -> int:
+    """Check a string of stored JSON; its UTF-8 size."""
     if "\x00" in text:
         raise SerializationError(
             f"{what} has a NUL character (\\x00) at {path}; PostgreSQL cannot store it, remove it"
         )
+    if text.isascii():
+        return len(text)
     try:
-        text.encode("utf-8")
+        return len(text.encode("utf-8"))
     except UnicodeEncodeError:
         raise SerializationError(
             f"{what} has a lone surrogate at {path} and is not valid Unicode; "

@@ -269,6 +269,9 @@ class ContextEngine:
                     f"{v.type_name(fragment)} (build one with role(), hint(), user(), ...)"
                 )
             check_fragment_data(fragment, f"set() argument {index} (fragment {fragment.name!r})")
+            if is_message_fragment(fragment) and not is_lazy_fragment(fragment):
+                # Refused now, before a resolve() could send it.
+                v.check_message_size(message_of(fragment), f"set() argument {index} (a message)")
         for fragment in fragments:
             if is_message_fragment(fragment):
                 self._pending.append(fragment)

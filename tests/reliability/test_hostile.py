@@ -72,8 +72,9 @@ from agentcontext import (
     role,
     user,
 )
-from agentcontext._validate import MAX_MESSAGE_TEXT_BYTES
+from agentcontext._validate import MAX_MESSAGE_BYTES
 from agentcontext.store import _schema
+from agentcontext.store._text import INDEXED_BYTES
 from tests.helpers import rec
 
 SEED, OWNER = "seed-chat", "owner"
@@ -970,48 +971,72 @@ def adversarial_text(limit: int) -> str:
 
 
 def size_entries() -> Iterator[Entry]:
-    async def engine_save(w: World) -> object:
-        return await w.engine().set(user(huge_text())).save()
+    def oversized() -> str:
+        return "x" * (MAX_MESSAGE_BYTES + 1)
+
+    async def engine_set(w: World) -> object:
+        return w.engine().set(user(oversized()))
 
     async def begin_turn(w: World) -> object:
-        return await w.engine().begin_turn(user(huge_text()))
+        return await w.engine().begin_turn(user(oversized()))
 
     async def store_add_message(w: World) -> object:
-        return await w.store.add_message(rec("huge", SEED, HEAD, text=huge_text()))
+        return await w.store.add_message(rec("huge", SEED, HEAD, text=oversized()))
 
     async def store_append_messages(w: World) -> object:
-        record = rec("huge", SEED, HEAD, text=huge_text())
+        record = rec("huge", SEED, HEAD, text=oversized())
         return await w.store.append_messages(w.branch_id, [record], expected_head=HEAD)
+
+    yield Entry(
+        "oversized-message",
+        f"A message with more than {MAX_MESSAGE_BYTES // 2**20} MiB of text",
+        InvalidInputError,
+        f"Refused at set(), before any resolve() could send it: a message holds at most "
+        f"{MAX_MESSAGE_BYTES // 2**20} MiB of text (the UTF-8 size of its strings). Split it, "
+        "or keep the content in a ContextSnapshot file.",
+        tuple(
+            named(f.__name__, f)
+            for f in (engine_set, begin_turn, store_add_message, store_append_messages)
+        ),
+        says=("MiB", "split"),
+    )
+
+    async def huge_text_stored_whole(w: World) -> None:
+        text = huge_text() + " zebrafinch"  # a word after the indexed prefix
+        engine = w.engine("chat-huge-text")
+        await engine.set(user(text)).save()
+        (loaded,) = await w.engine("chat-huge-text").get_messages()
+        assert loaded.text == text
+        assert len(await w.store.search_messages("chat-huge-text", "dull boy")) == 1
+        assert await w.store.search_messages("chat-huge-text", "zebrafinch") == []
 
     yield Entry(
         "huge-message-text",
         "A message with 10 MB of text",
-        InvalidInputError,
-        f"Refused on every backend: a message holds at most {MAX_MESSAGE_TEXT_BYTES // 1024} KiB "
-        "of text (the full-text index must hold it). Split it into several messages, or put the "
-        "content in a tool output, a data part or a snapshot file (stored whole, not indexed).",
-        tuple(
-            named(f.__name__, f)
-            for f in (engine_save, begin_turn, store_add_message, store_append_messages)
-        ),
-        says=("bytes of searchable text", "split"),
+        None,
+        f"Nothing: it is stored and resolved whole; search finds it by the words of its first "
+        f"{INDEXED_BYTES // 1024} KiB (the index holds that prefix, the same on every backend).",
+        (huge_text_stored_whole,),
     )
 
     async def largest_text(w: World) -> None:
-        text = adversarial_text(MAX_MESSAGE_TEXT_BYTES)
-        assert len(text.encode("utf-8")) <= MAX_MESSAGE_TEXT_BYTES
+        text = adversarial_text(INDEXED_BYTES)
+        assert len(text.encode("utf-8")) <= INDEXED_BYTES
         engine = w.engine("chat-largest")
         await engine.set(user(text)).save()
         (loaded,) = await w.engine("chat-largest").get_messages()
         assert loaded.text == text
         assert len(await w.store.search_messages("chat-largest", "aaa")) == 1
+        last = text.rsplit(" ", 1)[-1]
+        assert len(await w.store.search_messages("chat-largest", last)) == 1
 
     yield Entry(
         "largest-message-text",
-        f"A message with {MAX_MESSAGE_TEXT_BYTES // 1024} KiB of distinct short words (the "
-        "worst case for PostgreSQL's index)",
+        f"A message with {INDEXED_BYTES // 1024} KiB of distinct short words (the worst case "
+        "for the index)",
         None,
-        "Nothing: up to the limit, any text is stored, indexed and searched on every backend.",
+        "Nothing: any text is stored, and the words of its indexed prefix are found, on every "
+        "backend.",
         (largest_text,),
     )
 

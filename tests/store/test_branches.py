@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from agentcontext import errors
-from agentcontext.store import SqlContextStore
+from agentcontext.store import SqlContextStore, _branches
 from tests.helpers import chain, rec
 
 
@@ -244,3 +247,41 @@ async def test_append_with_updates_moves_the_head_to_new_head(
         await store.append_messages(
             main.id, [rec("q", chat, "n1")], expected_head="n1", new_head="zz"
         )
+
+
+# --- automatic names ----------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    base=st.text(st.sampled_from("ab-v12_é"), min_size=1, max_size=300).filter(str.strip),
+    taken=st.sets(st.text(st.sampled_from("ab-v12"), max_size=12), max_size=20),
+)
+@example(base="main-v2-v2", taken={"main", "main-v2", "main-v2-v2"})
+@example(base="-v2", taken=set())
+@example(base="x" * 255, taken={"x" * 252 + "-v2"})
+def test_automatic_names_are_flat_short_and_free(base: str, taken: set[str]) -> None:
+    name = _branches.next_name(base, taken)
+    root = _branches.root_name(base)
+    assert name not in taken
+    assert 0 < len(name) <= 255
+    assert re.fullmatch(r"(?:-v\d+)+", root) is None or root == base  # suffixes only: kept
+    number = int(name.rsplit("-v", 1)[1])
+    assert number >= 2
+    assert name == root[: 255 - len(f"-v{number}")] + f"-v{number}"
+    # The smallest free number: every smaller one is taken.
+    for smaller in range(2, number):
+        suffix = f"-v{smaller}"
+        assert root[: 255 - len(suffix)] + suffix in taken
+
+
+async def test_a_regenerate_loop_keeps_names_short(store: SqlContextStore, chat: str) -> None:
+    base = "main"
+    for n in range(2, 120):
+        forked = await store.fork_branch(chat, base, head_message_id="m0", activate=True)
+        assert forked.name == f"main-v{n}"
+        base = forked.name  # the next rewind starts from the branch just made
+    long = "y" * 255
+    await store.create_branch(chat, long, head_message_id="m0")
+    forked = await store.fork_branch(chat, long, head_message_id="m0", activate=False)
+    assert forked.name == "y" * 252 + "-v2"

@@ -6,11 +6,11 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agentcontext import errors
-from agentcontext.store import MessageRecord, SqlContextStore
+from agentcontext.store import MessageRecord, SqlContextStore, _text, _tokenizer
 from tests.helpers import msg_data, rec
 
 HOSTILE = [
@@ -198,3 +198,30 @@ def test_any_text_is_a_safe_query(
     results = runner.run(store.search_messages("c1", query))
     assert all(r.message.chat_id == "c1" and r.rank > 0 for r in results)
     assert [r.rank for r in results] == sorted((r.rank for r in results), reverse=True)
+
+
+# --- the indexed prefix -------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    words=st.lists(st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=9)),
+    repeat=st.integers(1, 20_000),
+)
+@example(words=["é" * 7], repeat=20_000)
+@example(words=["ab"], repeat=100_000)
+def test_the_index_holds_a_bounded_prefix_never_cut_inside_a_word(
+    words: list[str], repeat: int
+) -> None:
+    text = " ".join(words) * repeat
+    data = {"id": "m", "role": "user", "parts": [{"type": "text", "text": text}]}
+    indexed = _text.indexed_text(data)
+    assert text.startswith(indexed)
+    assert len(indexed.encode("utf-8")) <= _text.INDEXED_BYTES
+    if len(text.encode("utf-8")) <= _text.INDEXED_BYTES:
+        assert indexed == text
+    elif indexed and text[len(indexed)].isalnum():
+        assert not indexed[-1].isalnum()  # a word going on after the cut is left out
+    # Its tokens are a prefix of the whole text's tokens (but for one word cut off at the end).
+    whole, prefix = _tokenizer.tokens(text), _tokenizer.tokens(indexed)
+    assert whole[: len(prefix)] == prefix

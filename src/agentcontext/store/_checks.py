@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 
 from agentcontext import _validate as v
 from agentcontext.errors import InvalidGraphError, InvalidInputError, InvalidTypeError
-from agentcontext.store import _text
 from agentcontext.store.records import MessageRecord
 
 __all__ = ["check_metadata_filter", "check_record", "check_records", "new_id"]
@@ -27,9 +26,8 @@ def check_record(value: object, what: str) -> MessageRecord:
     v.check_optional_id(value.parent_id, f"{what}.parent_id")
     v.check_id(value.name, f"{what}.name")
     v.check_id(value.type, f"{what}.type")
-    v.check_json(value.data, f"{what}.data")
+    v.check_json(value.data, f"message {value.id!r}", max_bytes=v.MAX_MESSAGE_BYTES)
     v.check_timestamp(value.created_at, f"{what}.created_at")
-    v.check_search_text(_text.search_text(value.data), f"message {value.id!r}")
     if value.parent_id == value.id:
         raise InvalidGraphError(f"message {value.id!r} cannot be its own parent")
     return value

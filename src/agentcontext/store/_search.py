@@ -34,8 +34,8 @@ def window(limit: int) -> int:
 
 
 def record_tokens(data: Any) -> list[str]:
-    """The search tokens of a stored message's data."""
-    return _tokenizer.tokens(_text.search_text(data)) if data is not None else []
+    """The search tokens of a stored message's data (of the prefix the index holds)."""
+    return _tokenizer.tokens(_text.indexed_text(data)) if data is not None else []
 
 
 def unindex_chat(conn: Connection, dialect: Dialect, chat_id: str) -> None:
@@ -90,7 +90,7 @@ def search(
             data = dialect.decode_json(row[6])
             if isinstance(data, _rows.Damaged):
                 raise _rows.corrupt("messages", row[1], row[2], data.reason, what="message")
-            searchable = _text.search_text(data) if data is not None else ""
+            searchable = _text.indexed_text(data) if data is not None else ""
             tokens = _tokenizer.tokens(searchable)
             if dialect.exact_candidates or wanted.issubset(tokens):
                 matches.append(((*row[1:6], data, row[7]), tokens, searchable))

@@ -8,6 +8,7 @@ keys. Data of any other shape contributes its string values (not its keys).
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -111,6 +112,29 @@ def search_text(data: Any) -> str:
             if isinstance(value, str) and value:
                 pieces.append(value)
     return "\n".join(pieces)
+
+
+INDEXED_BYTES = 256 * 1024
+"""How much of a message's searchable text the full-text index holds: its first 256 KiB
+(UTF-8). Longer messages are stored whole; search finds them by the words of that prefix."""
+
+_TRAILING_WORD = re.compile(r"[^\W_]+$")
+
+
+def indexed_text(data: Any) -> str:
+    """The part of a message's searchable text the index holds: `search_text`, cut to its
+    first `INDEXED_BYTES` (never in the middle of a character or a word). Computed here, in
+    Python, for every backend alike, so a search has one meaning everywhere."""
+    text = search_text(data)
+    if len(text) <= INDEXED_BYTES // 4:
+        return text  # at most 4 bytes per character: short enough
+    encoded = text.encode("utf-8")
+    if len(encoded) <= INDEXED_BYTES:
+        return text
+    prefix = encoded[:INDEXED_BYTES].decode("utf-8", "ignore")
+    if text[len(prefix)].isalnum():
+        prefix = _TRAILING_WORD.sub("", prefix)  # the word goes on after the cut: drop it
+    return prefix
 
 
 def preview(data: Any) -> str:
