@@ -40,11 +40,18 @@ MAX_SAVE_ATTEMPTS = 64
 
 
 class SaveResult(BaseModel):
-    """What `ContextEngine.save` returns: the branch head after the save."""
+    """What `ContextEngine.save` returns: the branch head after the save.
+
+    ``head_message_id`` is always a message id (a ``str``, never None), so it can go straight
+    to ``rewind()``: a save returns after its messages are stored, and ``save()`` with nothing
+    pending returns the current head, or raises `EmptyConversationError` on a branch that
+    holds no message yet.
+    """
 
     model_config = ConfigDict(frozen=True)
 
-    head_message_id: str | None
+    head_message_id: str
+    """The id of the message at the head of the engine's branch after the save."""
 
 
 def record_of(conv: Conversation, message: Message, parent_id: str | None) -> MessageRecord:

@@ -559,10 +559,22 @@ class ContextEngine:
         exactly as pending are recognised, and only what is new is written. Two pending
         messages with one id are saved once: the later one's content at the earlier one's
         place.
+
+        Returns the branch head after the save (always a message id). With nothing pending it
+        changes nothing and returns the current head.
+
+        Raises:
+            EmptyConversationError: Nothing is pending and the branch holds no message yet
+                (there is no head to return).
         """
         v.check_bool(branch, "branch")
         async with self._session():
             if not self._pending:
+                if self.head_message_id is None:
+                    raise EmptyConversationError(
+                        "nothing to save: no message is pending and the branch is empty; "
+                        "set() a message such as user('...') before save()"
+                    )
                 return SaveResult(head_message_id=self.head_message_id)
             if self._conv.chain.version is None:
                 await self._conv.sync()

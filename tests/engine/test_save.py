@@ -10,6 +10,7 @@ import math
 import pytest
 
 from agentcontext import (
+    EmptyConversationError,
     InvalidGraphError,
     Message,
     SaveResult,
@@ -67,7 +68,8 @@ async def test_save_with_nothing_pending_changes_nothing(
     store: SqlContextStore, make_engine: EngineFactory
 ) -> None:
     engine = make_engine()
-    assert await engine.save() == SaveResult(head_message_id=None)
+    with pytest.raises(EmptyConversationError, match="nothing to save"):
+        await engine.save()
     engine.set(user("q", id="m1"))
     await engine.save()
     before = await store.get_chat("c1")

@@ -243,8 +243,9 @@ async def save_run(engine: ContextEngine, result: AgentRunResult[Any]) -> list[M
         The messages saved.
     """
     messages = from_model_messages(result.new_messages())
-    engine.set(*(message_fragment(m) for m in messages))
-    await engine.save()
+    if messages:
+        engine.set(*(message_fragment(m) for m in messages))
+        await engine.save()
     usage: Any = getattr(result, "usage", None)
     if inspect.ismethod(usage):  # a method in older pydantic-ai releases
         usage = usage()
