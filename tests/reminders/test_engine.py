@@ -361,6 +361,18 @@ async def test_tokens_over_reads_the_tracked_usage(make_engine: EngineFactory) -
     assert "over-budget" in await last_text(engine)
 
 
+async def test_tokens_over_fires_on_the_original_packages_usage_shape(
+    make_engine: EngineFactory,
+) -> None:
+    engine = make_engine()
+    engine.set(reminder("over-budget", when=tokens_over(700)))
+    engine.set(user("turn 1"), assistant_text("reply"))
+    await engine.save()
+    await engine.track_usage({"inputTokens": 500, "outputTokens": 200, "totalTokens": 700})
+    engine.set(user("turn 2"))
+    assert "over-budget" in await last_text(engine)
+
+
 async def test_elapsed_counts_from_the_last_stored_message(
     make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
