@@ -20,7 +20,7 @@ import asyncio
 import random
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentcontext._conversation import Conversation, decode_record
 from agentcontext.errors import (
@@ -42,16 +42,36 @@ MAX_SAVE_ATTEMPTS = 64
 class SaveResult(BaseModel):
     """What `ContextEngine.save` returns: the branch head after the save.
 
-    ``head_message_id`` is always a message id (a ``str``, never None), so it can go straight
-    to ``rewind()``: a save returns after its messages are stored, and ``save()`` with nothing
-    pending returns the current head, or raises `EmptyConversationError` on a branch that
-    holds no message yet.
+    ``head_message_id`` is typed ``str``, so it goes straight to ``rewind()`` under
+    ``mypy --strict``: after a save that stored something, and after ``save()`` with nothing
+    pending on a branch that has messages, it is the head's id. Only ``save()`` with nothing
+    pending on a branch that holds no message yet has no head: then `head` is None and reading
+    ``head_message_id`` raises `EmptyConversationError`.
+
+    Construct it with ``SaveResult(head_message_id=...)``.
     """
 
     model_config = ConfigDict(frozen=True)
 
-    head_message_id: str
-    """The id of the message at the head of the engine's branch after the save."""
+    head: str | None = Field(alias="head_message_id")
+    """The head's id, or None when nothing was saved on a branch without messages."""
+
+    @property
+    def head_message_id(self) -> str:
+        """The id of the message at the head of the branch after the save.
+
+        Raises:
+            EmptyConversationError: Nothing was pending and the branch holds no message (see
+                `head`, which is None then).
+        """
+        if self.head is None:
+            from agentcontext.errors import EmptyConversationError
+
+            raise EmptyConversationError(
+                "the save had nothing to store and the branch holds no message, so there is "
+                "no head; set() a message before save(), or read SaveResult.head (None here)"
+            )
+        return self.head
 
 
 def record_of(conv: Conversation, message: Message, parent_id: str | None) -> MessageRecord:

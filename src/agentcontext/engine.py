@@ -560,21 +560,14 @@ class ContextEngine:
         messages with one id are saved once: the later one's content at the earlier one's
         place.
 
-        Returns the branch head after the save (always a message id). With nothing pending it
-        changes nothing and returns the current head.
-
-        Raises:
-            EmptyConversationError: Nothing is pending and the branch holds no message yet
-                (there is no head to return).
+        Returns the branch head after the save: ``head_message_id`` is a ``str``. With nothing
+        pending it changes nothing and returns the current head; on a branch that holds no
+        message yet, ``SaveResult.head`` is None and reading ``head_message_id`` raises
+        `EmptyConversationError`.
         """
         v.check_bool(branch, "branch")
         async with self._session():
             if not self._pending:
-                if self.head_message_id is None:
-                    raise EmptyConversationError(
-                        "nothing to save: no message is pending and the branch is empty; "
-                        "set() a message such as user('...') before save()"
-                    )
                 return SaveResult(head_message_id=self.head_message_id)
             if self._conv.chain.version is None:
                 await self._conv.sync()
@@ -608,7 +601,7 @@ class ContextEngine:
             # All or nothing: the queue is as before, so calling begin_turn() again is safe.
             del self._pending[queued:]
             raise
-        if placeholder not in self._conv.chain.index and result.head_message_id is not None:
+        if placeholder not in self._conv.chain.index and result.head is not None:
             # The user message's id existed: save() forked a new branch and stored the turn
             # there under fresh ids; the placeholder, its last message, is the new head.
             placeholder = result.head_message_id

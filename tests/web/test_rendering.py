@@ -157,7 +157,7 @@ def test_snippets_keep_only_mark(snippet: str) -> None:
     text=st.text(max_size=40),
 )
 def test_malformed_reminders_are_ignored_never_trusted(metadata: Any, text: str) -> None:
-    ranges = reminder_ranges(metadata, 0, len(text))
+    ranges = reminder_ranges(metadata, 0, text)
     last = 0
     for start, end in ranges:
         assert last <= start < end <= len(text)
@@ -170,13 +170,13 @@ def test_reminders_are_marked_at_their_ranges() -> None:
     start = text.index("<system")
     end = text.index(" bye")
     meta = {"reminders": [{"start": start, "end": end, "part": 0}, {"start": 1, "end": 999}]}
-    ranges = reminder_ranges(meta, 0, len(text))
+    ranges = reminder_ranges(meta, 0, text)
     assert ranges == [(start, end)]
     html = text_with_reminders(text, ranges)
     assert html.startswith("hello ")
     assert '<mark class="reminder"' in html and "&lt;system-reminder&gt;x" in html
-    assert reminder_ranges({"reminders": "nope"}, 0, 5) == []
-    assert reminder_ranges(None, 0, 5) == []
+    assert reminder_ranges({"reminders": "nope"}, 0, "hello") == []
+    assert reminder_ranges(None, 0, "hello") == []
 
 
 def test_bidi_controls_become_visible_markers() -> None:
@@ -412,3 +412,13 @@ def test_any_query_string_gets_a_page_not_a_crash(tmp_path: Any) -> None:
             assert "the other user" not in response.text
 
         check()
+
+
+def test_reminders_the_original_package_recorded_are_marked() -> None:
+    before = "weather 🌦 today"
+    inserted = "<system-reminder>be brief</system-reminder>"
+    start = len(before.encode("utf-16-le")) // 2  # JavaScript offsets count UTF-16 units
+    end = start + len(inserted)
+    record = {"id": "r", "text": "be brief", "target": "user", "mode": "inline"}
+    meta = {"reminders": [{**record, "partIndex": 0, "start": start, "end": end}]}
+    assert reminder_ranges(meta, 0, before + inserted) == [(len(before), len(before + inserted))]

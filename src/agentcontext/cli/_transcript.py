@@ -15,6 +15,7 @@ from typing import Any
 
 from agentcontext.cli._output import Output, count, one_line
 from agentcontext.errors import BranchNotFoundError
+from agentcontext.reminders._core import part_ranges
 from agentcontext.store import Branch, Chat, MessageRecord, SqlContextStore
 
 __all__ = ["Transcript", "load_transcript", "mark_reminders", "print_transcript"]
@@ -87,22 +88,6 @@ def mark_reminders(text: str, ranges: list[tuple[int, int]]) -> str:
     return "".join(out)
 
 
-def _reminder_ranges(metadata: object, part: int) -> list[tuple[int, int]]:
-    if not isinstance(metadata, dict):
-        return []
-    found = metadata.get("reminders")
-    if not isinstance(found, list):
-        return []
-    ranges = []
-    for item in found:
-        if not isinstance(item, dict):
-            continue
-        start, end, index = item.get("start"), item.get("end"), item.get("part", 0)
-        if isinstance(start, int) and isinstance(end, int) and index == part:
-            ranges.append((start, end))
-    return ranges
-
-
 def _short(text: str, full: bool) -> str:
     if full:
         return text
@@ -119,7 +104,7 @@ def _part_lines(part: dict[str, Any], metadata: object, index: int, full: bool) 
     kind = part.get("type")
     if kind == "text":
         text = str(part.get("text", ""))
-        ranges = _reminder_ranges(metadata, index)
+        ranges = part_ranges(metadata, index, text)
         if ranges:
             text = mark_reminders(text, ranges)
         return [_short(text, full)]
