@@ -24,7 +24,12 @@ from agentcontext.store.records import (
 from agentcontext.web import CSP, create_app
 from agentcontext.web._html import snippet_html, text_html
 from agentcontext.web._layout import FOLD_MIN, layout_graph, render_svg
-from agentcontext.web._render import message_panel, reminder_ranges, text_with_reminders
+from agentcontext.web._render import (
+    message_body,
+    message_panel,
+    reminder_ranges,
+    text_with_reminders,
+)
 from tests.web.seed import CHAT, HOSTILE, SECRET, USER, seed
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -422,3 +427,19 @@ def test_reminders_the_original_package_recorded_are_marked() -> None:
     record = {"id": "r", "text": "be brief", "target": "user", "mode": "inline"}
     meta = {"reminders": [{**record, "partIndex": 0, "start": start, "end": end}]}
     assert reminder_ranges(meta, 0, before + inserted) == [(len(before), len(before + inserted))]
+
+
+def test_a_tool_call_reads_as_a_call_and_a_failure_is_marked() -> None:
+    ok = ToolPart(
+        tool_call_id="c1",
+        tool_name="get_weather",
+        input={"city": "Paris"},
+        state="output-available",
+        output="sunny",
+    )
+    failed = ok.model_copy(update={"state": "output-error", "output": None, "error": "timeout"})
+    html = message_body(Message(id="a", role="assistant", parts=[ok, failed]))
+    assert "tool get_weather({&quot;city&quot;: &quot;Paris&quot;}) → sunny" in html
+    assert '<p class="tool-call failed"><code>tool get_weather(' in html
+    assert '✗ timeout</code> <span class="tag failed">failed</span>' in html
+    check_markup(html)

@@ -8,7 +8,8 @@ keys. Data of any other shape contributes its string values (not its keys).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentcontext.store._tokenizer import iter_tokens
@@ -113,21 +114,54 @@ def search_text(data: Any) -> str:
     return "\n".join(pieces)
 
 
+def _compact_json(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+    except (TypeError, ValueError, RecursionError):
+        return str(value)
+
+
+def tool_line(part: Mapping[str, Any]) -> str:
+    """A tool call as one line: ``tool get_weather({"city": "Paris"}) → sunny``.
+
+    A call still running ends after its arguments; a failed one is marked ``✗``:
+    ``tool get_weather({"city": "Paris"}) ✗ timeout``.
+    """
+    name = part.get("tool_name")
+    args = part.get("input")
+    line = f"tool {name if isinstance(name, str) and name else '?'}"
+    line += f"({_compact_json(args) if args not in (None, {}, '') else ''})"
+    if part.get("state") == "output-error" or part.get("error"):
+        error = part.get("error")
+        return f"{line} ✗ {_compact_json(error) if error else 'failed'}"
+    if "output" in part and part.get("output") is not None:
+        return f"{line} → {_compact_json(part.get('output'))}"
+    return line
+
+
 def preview(data: Any) -> str:
-    """The text parts of a message, whitespace collapsed, cut to 50 characters plus ``…``."""
+    """What a message says, on one line, cut to 50 characters plus ``…``.
+
+    Text parts give their text; a tool call reads ``tool name(args) → result`` (``✗ error``
+    when it failed), so a message that only calls a tool is never shown empty.
+    """
     parts = _parts(data)
     if parts is None:
         out: list[str] = []
         _string_values(data, out)
         raw = " ".join(out)
     else:
-        raw = " ".join(
-            part["text"]
-            for part in parts
-            if isinstance(part, dict)
-            and part.get("type") == "text"
-            and isinstance(part.get("text"), str)
-        )
+        pieces: list[str] = []
+        for part in parts:
+            if not isinstance(part, dict):
+                continue
+            if part.get("type") == "text" and isinstance(part.get("text"), str):
+                pieces.append(part["text"])
+            elif part.get("type") == "tool":
+                pieces.append(tool_line(part))
+        raw = " ".join(pieces)
     flat = " ".join(raw.split())
     if len(flat) > PREVIEW_LENGTH:
         return flat[:PREVIEW_LENGTH].rstrip() + "…"

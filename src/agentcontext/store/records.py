@@ -194,7 +194,9 @@ class GraphNode(_Record):
     parent_id: str | None
     role: str
     preview: str
-    """The message text (text parts only), at most 50 characters plus an ellipsis."""
+    """What the message says on one line: its text parts, and each tool call as
+    ``tool name(args) → result`` (``✗ error`` when it failed); at most 50 characters plus
+    an ellipsis."""
     created_at: AwareDatetime
     type: str = "message"
     """``"message"``, or ``"compaction"`` for a summary stored beside the branch by

@@ -15,6 +15,7 @@ from agentcontext.messages import (
     ToolPart,
 )
 from agentcontext.reminders._core import part_ranges
+from agentcontext.store._text import tool_line
 from agentcontext.store.records import MessageRecord
 from agentcontext.web._html import esc, json_html, text_html, when
 
@@ -97,7 +98,13 @@ def message_body(message: Message) -> str:
                 )
             )
         elif isinstance(part, ToolPart):
-            body = f"<div>input</div>{json_html(part.input)}"
+            failed = part.state == "output-error" or part.error is not None
+            call = tool_line(part.model_dump(mode="json"))
+            mark = ' <span class="tag failed">failed</span>' if failed else ""
+            body = (
+                f'<p class="tool-call{" failed" if failed else ""}"><code>{text_html(call)}'
+                f"</code>{mark}</p><div>input</div>{json_html(part.input)}"
+            )
             if part.output is not None:
                 body += f"<div>output</div>{json_html(part.output)}"
             if part.error is not None:
