@@ -24,6 +24,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidTypeError",
     "MessageNotFoundError",
+    "MissingExtraError",
     "ContextWindowError",
     "ModelNotFoundError",
     "NotFoundError",
@@ -161,6 +162,13 @@ class SnapshotError(ContextError):
 
 
 # --- the database ----------------------------------------------------------------------------
+
+
+class MissingExtraError(ContextError, ModuleNotFoundError):
+    """An optional dependency is not installed; the message gives the ``pip install`` line.
+
+    A ``ModuleNotFoundError`` too, so code that already catches that keeps working.
+    """
 
 
 class StoreError(ContextError):

@@ -286,7 +286,7 @@ def test_a_compaction_goes_to_a_side_lane() -> None:
 @pytest.fixture
 def client(store_url: str) -> Any:
     asyncio.run(seed(store_url))
-    with TestClient(create_app(store_url)) as test_client:
+    with TestClient(create_app(store_url), base_url="http://localhost") as test_client:
         yield test_client, store_url
 
 
@@ -337,7 +337,7 @@ def test_no_route_writes(client: Any) -> None:
 
 def test_user_restriction_in_the_app(store_url: str) -> None:
     asyncio.run(seed(store_url))
-    with TestClient(create_app(store_url, user=USER)) as c:
+    with TestClient(create_app(store_url, user=USER), base_url="http://localhost") as c:
         assert SECRET not in c.get("/").text
         assert SECRET not in c.get("/?user=mallory&q=secret").text
         assert c.get(f"/chat?id={SECRET}").status_code == 404
@@ -366,7 +366,7 @@ def test_paging_and_metadata_filter(store_url: str) -> None:
                 )
 
     asyncio.run(many())
-    with TestClient(create_app(store_url)) as c:
+    with TestClient(create_app(store_url), base_url="http://localhost") as c:
         first = c.get("/?user=u").text
         assert first.count('href="/chat?id=c') == 50 and 'rel="next"' in first
         second = c.get("/?user=u&page=2").text
@@ -399,7 +399,9 @@ def test_any_query_string_gets_a_page_not_a_crash(tmp_path: Any) -> None:
     asyncio.run(seed(url))
     paths = ["/", "/chat", "/graph", "/message", "/branch", "/snapshots", "/records", "/record"]
     names = ["id", "chat", "name", "m", "open", "page", "q", "user", "meta", "fragment"]
-    with TestClient(create_app(url, user=USER), raise_server_exceptions=True) as c:
+    with TestClient(
+        create_app(url, user=USER), base_url="http://localhost", raise_server_exceptions=True
+    ) as c:
 
         @given(
             path=st.sampled_from(paths),

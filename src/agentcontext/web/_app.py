@@ -5,17 +5,26 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, MutableMapping
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from agentcontext.errors import ContextError, NotFoundError, StoreError
+from agentcontext.errors import (
+    ContextError,
+    InvalidInputError,
+    MissingExtraError,
+    NotFoundError,
+    SchemaOutdatedError,
+    StoreClosedError,
+    StoreError,
+    StoreUnavailableError,
+)
 from agentcontext.messages import Message, ReasoningPart, TextPart
 from agentcontext.store.base import ContextStore
-from agentcontext.store.records import Chat, ResolveRecord
+from agentcontext.store.records import Chat, ChatInfo, ResolveRecord
 from agentcontext.web._html import (
     esc,
     href,
@@ -35,7 +44,13 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
-__all__ = ["CSP", "create_app"]
+__all__ = ["CSP", "LOOPBACK_HOSTS", "create_app", "host_allowed"]
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+"""Host names the viewer always answers (every ``127.x.x.x`` address too)."""
+
+_UNREADABLE = (StoreUnavailableError, StoreClosedError, SchemaOutdatedError)
+"""Store errors that mean the database cannot be read at all (503), not a damaged row."""
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -71,8 +86,43 @@ class _BadRequest(Exception):
     """A request missing a parameter or with one the viewer cannot use."""
 
 
-def _secure(app: ASGIApp) -> ASGIApp:
-    """Wrap an ASGI app so every HTTP response carries the security headers."""
+def _host_name(header: str) -> str:
+    """The name of a ``Host`` header, without its port and brackets, lower-cased."""
+    host = header.strip().lower()
+    if host.startswith("["):  # [::1]:8000
+        return host[1 : host.find("]")] if "]" in host else host
+    if host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    return host.rstrip(".")
+
+
+def host_allowed(header: str | None, allowed: frozenset[str]) -> bool:
+    """Whether a request's ``Host`` header names this viewer.
+
+    Loopback names (`LOOPBACK_HOSTS`, any ``127.x.x.x``) and the names in ``allowed`` are
+    accepted; anything else (a DNS-rebinding domain that points at 127.0.0.1, say) is not.
+    """
+    if not header:
+        return False
+    name = _host_name(header)
+    if name in LOOPBACK_HOSTS or name in allowed:
+        return True
+    parts = name.split(".")
+    return len(parts) == 4 and parts[0] == "127" and all(p.isdigit() for p in parts)
+
+
+_REFUSED = (
+    b"<!doctype html><meta charset=utf-8><title>Host not allowed</title>"
+    b"<h1>Host not allowed</h1><p>This viewer only answers requests addressed to it by a "
+    b"loopback name (localhost, 127.0.0.1, [::1]) or by a name given with "
+    b"<code>agentcontext serve --host</code> or <code>--allow-host</code>. Open it at its "
+    b"own address.</p>"
+)
+
+
+def _secure(app: ASGIApp, hosts: frozenset[str] | None = None) -> ASGIApp:
+    """Wrap an ASGI app so every HTTP response carries the security headers, and (with
+    ``hosts``) requests whose ``Host`` header is not allowed get a 421 without reaching it."""
 
     async def wrapped(
         scope: MutableMapping[str, Any],
@@ -90,6 +140,23 @@ def _secure(app: ASGIApp) -> ASGIApp:
                 message = {**message, "headers": [*headers, *SECURITY_HEADERS]}
             await send(message)
 
+        if hosts is not None:
+            host = next(
+                (v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), None
+            )
+            if not host_allowed(host, hosts):
+                await send_secure(
+                    {
+                        "type": "http.response.start",
+                        "status": 421,
+                        "headers": [
+                            (b"content-type", b"text/html; charset=utf-8"),
+                            (b"content-length", str(len(_REFUSED)).encode()),
+                        ],
+                    }
+                )
+                await send_secure({"type": "http.response.body", "body": _REFUSED})
+                return
         await app(scope, receive, send_secure)
 
     return wrapped
@@ -158,6 +225,37 @@ class _Viewer:
 
     # --- chats ------------------------------------------------------------------------------
 
+    async def _list_chats(
+        self, user: str | None, metadata: dict[str, Any] | None, offset: int
+    ) -> list[ChatInfo | str]:
+        """A page of chats (one more than shown); a row the store cannot read is its error
+        message, so one damaged chat never hides the others."""
+        try:
+            return list(
+                await self.store.list_chats(
+                    user_id=user, metadata=metadata, limit=PAGE_SIZE + 1, offset=offset
+                )
+            )
+        except (*_UNREADABLE, InvalidInputError):
+            raise
+        except (StoreError, ValueError):
+            pass  # a damaged row: read the page one row at a time
+        rows: list[ChatInfo | str] = []
+        for index in range(offset, offset + PAGE_SIZE + 1):
+            try:
+                found = await self.store.list_chats(
+                    user_id=user, metadata=metadata, limit=1, offset=index
+                )
+            except (*_UNREADABLE, InvalidInputError):
+                raise
+            except (StoreError, ValueError) as exc:
+                rows.append(f"{type(exc).__name__}: {exc}")
+                continue
+            if not found:
+                break
+            rows.extend(found)
+        return rows
+
     async def chats(self, request: Request) -> str:
         params = request.query_params
         user = self.user if self.user is not None else (params.get("user") or None)
@@ -165,9 +263,7 @@ class _Viewer:
         metadata = dict(_meta_filter(m) for m in metas) or None
         page_no = _int(request, "page", 1)
         query = params.get("q", "").strip()
-        chats = await self.store.list_chats(
-            user_id=user, metadata=metadata, limit=PAGE_SIZE + 1, offset=(page_no - 1) * PAGE_SIZE
-        )
+        chats = await self._list_chats(user, metadata, (page_no - 1) * PAGE_SIZE)
         more = len(chats) > PAGE_SIZE
         chats = chats[:PAGE_SIZE]
         user_field = (
@@ -196,6 +292,15 @@ class _Viewer:
                 str(c.message_count),
                 str(c.branch_count),
                 when(c.updated_at),
+            ]
+            if not isinstance(c, str)
+            else [
+                '<span class="tag failed">damaged row</span>',
+                "",
+                f'<span class="muted">{text_html(preview_text(c, 160))}</span>',
+                "",
+                "",
+                "",
             ]
             for c in chats
         ]
@@ -575,13 +680,27 @@ def _static(name: str) -> bytes:
     return resources.files("agentcontext.web").joinpath("static", name).read_bytes()
 
 
-def create_app(store: ContextStore | str, *, user: str | None = None) -> Starlette:
+def create_app(
+    store: ContextStore | str,
+    *,
+    user: str | None = None,
+    allowed_hosts: Collection[str] = (),
+) -> Starlette:
     """The viewer as a Starlette application.
+
+    Every response, error pages included, carries the security headers (`CSP`, no framing,
+    no sniffing, no referrer, no caching). A request whose ``Host`` header is not a loopback
+    name (``localhost``, ``127.x.x.x``, ``::1``) nor one of ``allowed_hosts`` is answered
+    421 without reaching the pages: a page on a DNS-rebinding domain that resolves to this
+    machine cannot read the chats. A row the store cannot read shows as damaged (on the chat
+    list, the others still list; on its own page, a 500 page saying what is wrong).
 
     Args:
         store: A store to read (opened and closed by the caller, on the server's event loop)
             or a database URL (the app opens it on startup, without migrating, and closes it).
         user: Show only this user's chats; every other chat answers 404.
+        allowed_hosts: More host names to answer (the name or address the server listens
+            on, when that is not a loopback one).
 
     Returns:
         The ASGI application (serve it with uvicorn).
@@ -594,8 +713,10 @@ def create_app(store: ContextStore | str, *, user: str | None = None) -> Starlet
         from starlette.responses import HTMLResponse, Response
         from starlette.routing import Route
     except ImportError:  # pragma: no cover - depends on the environment
-        raise ContextError(
-            "the web viewer needs Starlette and uvicorn: pip install 'agentcontext[web]'"
+        raise MissingExtraError(
+            "the web viewer needs Starlette and uvicorn, which are not installed: "
+            "pip install 'agentcontext[web]'",
+            name="starlette",
         ) from None
 
     viewer = _Viewer(store if isinstance(store, ContextStore) else None, user)
@@ -610,10 +731,16 @@ def create_app(store: ContextStore | str, *, user: str | None = None) -> Starlet
                 return _error(404, "Not found", exc)
             except _BadRequest as exc:
                 return _error(400, "Bad request", exc)
-            except StoreError as exc:  # the database is unreachable, closed or outdated
+            except _UNREADABLE as exc:  # the database is unreachable, closed or outdated
                 return _error(503, "The database cannot be read", exc)
+            except (StoreError, ValueError) as exc:  # a row the store cannot decode
+                if isinstance(exc, InvalidInputError):
+                    return _error(400, "Bad request", exc)
+                return _error(500, "Damaged data", exc)
             except ContextError as exc:
                 return _error(400, "Error", exc)
+            except Exception as exc:  # anything else: still a page, with its headers
+                return _error(500, "Unexpected error", exc)
 
         return endpoint
 
@@ -663,21 +790,18 @@ def create_app(store: ContextStore | str, *, user: str | None = None) -> Starlet
         Route("/record", handle(viewer.record_page), methods=methods),
         Route("/static/{name}", static, methods=methods),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
-    app.add_middleware(_SecureMiddleware)
-    return app
+    hosts = frozenset(_host_name(host) for host in allowed_hosts if host)
 
+    class _GuardedStarlette(Starlette):
+        """Starlette with the host check and the headers outermost: even the 500 page of an
+        unexpected error passes through them."""
 
-class _SecureMiddleware:
-    """Starlette middleware form of `_secure`."""
+        async def __call__(
+            self,
+            scope: MutableMapping[str, Any],
+            receive: Callable[[], Awaitable[Any]],
+            send: Callable[[Any], Awaitable[None]],
+        ) -> None:
+            await _secure(super().__call__, hosts)(scope, receive, send)
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = _secure(app)
-
-    async def __call__(
-        self,
-        scope: MutableMapping[str, Any],
-        receive: Callable[[], Awaitable[Any]],
-        send: Callable[[Any], Awaitable[None]],
-    ) -> None:
-        await self.app(scope, receive, send)
+    return _GuardedStarlette(routes=routes, lifespan=lifespan)
