@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from agentcontext.errors import (
     InvalidInputError,
     NotFoundError,
     SchemaOutdatedError,
+    StoreError,
     StoreUnavailableError,
 )
 from agentcontext.store import SqlContextStore
@@ -120,9 +122,24 @@ class Env:
         url = f" --url '{self.shown_url}'" if self.url_explicit else ""
         return "agentcontext" + url + "".join(f" {word}" for word in words)
 
-    def missing_database(self) -> SchemaOutdatedError | None:
+    def missing_directory(self) -> NotFoundError | None:
+        """An error when the URL names an SQLite file in a directory that does not exist
+        (nothing can create the file there), else None."""
+        path = sqlite_file(self.url)
+        if path is None or path.parent.is_dir():
+            return None
+        return NotFoundError(
+            f"the directory {path.parent} does not exist, so there is no database file "
+            f"{path.name} in it; check the path in the URL, or create the directory first "
+            f"(mkdir -p {shlex.quote(str(path.parent))})"
+        )
+
+    def missing_database(self) -> ContextError | None:
         """An error when the URL names an SQLite file that does not exist (reads never create
-        one), else None."""
+        one), or one in a directory that does not exist, else None."""
+        missing = self.missing_directory()
+        if missing is not None:
+            return missing
         path = sqlite_file(self.url)
         if path is None or path.exists():
             return None
@@ -130,6 +147,29 @@ class Env:
             f"no agentcontext database at {path} (the file does not exist); "
             f"create it with: {self.command('migrate', 'upgrade')}"
         )
+
+    def unavailable(self, error: StoreError) -> StoreError:
+        """``error``, or a `StoreUnavailableError` with the command that creates the database
+        when the server says the database of the URL does not exist."""
+        if isinstance(error, StoreUnavailableError) or not _names_missing_database(error):
+            return error
+        url = parse_url(self.url)
+        name = url.database or ""
+        words = ["createdb"]
+        if url.host:
+            words += ["-h", url.host]
+        if url.port:
+            words += ["-p", str(url.port)]
+        if url.username:
+            words += ["-U", url.username]
+        words.append(name)
+        hint = StoreUnavailableError(
+            f"the database {name!r} does not exist on the server of {self.shown_url}; "
+            f"create it with: {shlex.join(words)} (then run "
+            f"{self.command('migrate', 'upgrade')})"
+        )
+        hint.__cause__ = error
+        return hint
 
 
 Handler = Callable[[argparse.Namespace, Env], Coroutine[Any, Any, int]]
@@ -158,6 +198,24 @@ def new_file_removed_on_error(url: str) -> Iterator[None]:
         raise
 
 
+def _names_missing_database(error: BaseException) -> bool:
+    """Whether the error, or one it was raised from, is the server's "database does not
+    exist" (PostgreSQL's SQLSTATE 3D000, invalid_catalog_name)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if getattr(current, "sqlstate", None) == "3D000" or type(current).__name__ == (
+            "InvalidCatalogNameError"
+        ):
+            return True
+        text = str(current)
+        if "database" in text and "does not exist" in text:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 @asynccontextmanager
 async def open_store(
     env: Env, *, write: bool = False, check: Callable[[], None] | None = None
@@ -174,10 +232,13 @@ async def open_store(
         try:
             if check is not None:
                 check()
-            missing = None if write else env.missing_database()
+            missing = env.missing_directory() if write else env.missing_database()
             if missing is not None:
                 raise missing
-            await store.initialize()
+            try:
+                await store.initialize()
+            except StoreError as exc:
+                raise env.unavailable(exc) from exc.__cause__
             yield store
         finally:
             await store.close()

@@ -97,7 +97,10 @@ async def _engine_of(env: Env) -> AsyncIterator[SqlContextStore]:
         try:
             yield store
         except (SQLAlchemyError, OSError, TimeoutError) as exc:
-            raise _translate(env, exc) from exc
+            error = _translate(env, exc)
+            raise (env.unavailable(error) if isinstance(error, StoreError) else error) from exc
+        except StoreError as exc:
+            raise env.unavailable(exc) from exc
         finally:
             await store.close()
 

@@ -162,6 +162,12 @@ def _secure(app: ASGIApp, hosts: frozenset[str] | None = None) -> ASGIApp:
     return wrapped
 
 
+def _count(number: int, noun: str) -> str:
+    """``1 checkpoint``, ``2 branches``, ``0 compactions``."""
+    plural = noun + ("es" if noun.endswith(("ch", "sh", "s", "x")) else "s")
+    return f"{number} {noun if number == 1 else plural}"
+
+
 def _meta_filter(text: str) -> tuple[str, str | int | bool]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -361,9 +367,14 @@ class _Viewer:
         if selected is not None:
             panel = await self.message_fragment(chat, selected)
         compactions = sum(1 for n in graph.nodes if n.type == "compaction")
-        counts = (
-            f"{len(graph.nodes)} messages \u00b7 {len(graph.branches)} branches \u00b7 "
-            f"{len(graph.checkpoints)} checkpoints \u00b7 {compactions} compactions"
+        counts = " \u00b7 ".join(
+            _count(number, noun)
+            for number, noun in (
+                (len(graph.nodes), "message"),
+                (len(graph.branches), "branch"),
+                (len(graph.checkpoints), "checkpoint"),
+                (compactions, "compaction"),
+            )
         )
         branch_rows = [
             [
