@@ -82,7 +82,9 @@ class ChatUpdate(BaseModel):
 class MessageRecord(_Record):
     """A node of the conversation graph.
 
-    ``name`` is the role for message nodes (``"user"``, ``"assistant"``, ``"system"``);
+    ``name`` is the role for message nodes (``"user"``, ``"assistant"``, ``"system"``):
+    the same value as `GraphNode.role` and ``Message.role``, under the name the original
+    package's stores use (a record is the fragment that was saved, named after it);
     ``data`` is the JSON the fragment's codec encoded.
     """
 
