@@ -397,8 +397,9 @@ def test_demo_prints_commands_that_open_what_it_stored(tmp_path: Path) -> None:
     demo = run_cli("demo", cwd=tmp_path)
     assert demo.returncode == 0, demo.stderr
     tail = demo.stdout.split("== Explore what the demo stored (from this directory) ==\n")[1]
-    commands = tail.splitlines()
+    commands = tail.split("\n\n")[0].splitlines()
     assert commands[0] == "agentcontext --url sqlite+aiosqlite:///agentcontext-demo.db show demo"
+    assert len(commands) == 4
     for command in commands:
         words = command.split()
         assert words[0] == "agentcontext"

@@ -151,9 +151,13 @@ class Env:
     def unavailable(self, error: StoreError) -> StoreError:
         """``error``, or a `StoreUnavailableError` with the command that creates the database
         when the server says the database of the URL does not exist."""
-        if isinstance(error, StoreUnavailableError) or not _names_missing_database(error):
-            return error
         url = parse_url(self.url)
+        if (
+            url.get_backend_name() != "postgresql"
+            or isinstance(error, (StoreUnavailableError, SchemaOutdatedError))
+            or not _names_missing_database(error)
+        ):
+            return error
         name = url.database or ""
         words = ["createdb"]
         if url.host:

@@ -11,12 +11,13 @@ from typing import Any, Protocol, Self
 from pydantic import BaseModel, ConfigDict
 
 from agentcontext._validate import dumps
-from agentcontext.errors import ChatNotFoundError, InvalidGraphError
+from agentcontext.errors import ChatNotFoundError, InvalidGraphError, InvalidInputError
 from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store.records import (
     Branch,
     BranchInfo,
     BranchState,
+    ChainPage,
     ChainRows,
     Chat,
     ChatExport,
@@ -339,6 +340,27 @@ class ContextStore(abc.ABC):
     @abc.abstractmethod
     async def get_graph(self, chat_id: str) -> Graph:
         """Every message, branch and checkpoint of the chat."""
+
+    async def get_chain_page(self, chat_id: str, end_id: str, *, limit: int) -> ChainPage:
+        """At most ``limit`` messages of the chain ending at ``end_id``, root first, with their
+        positions; an id that is not a message of the chat gives an empty page.
+
+        For viewers that page through a long branch: the next, older page ends at the parent
+        of this page's first message. This default reads the whole chain; `SqlContextStore`
+        reads only the page.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidInputError(f"limit must be a whole number of 1 or more, got {limit!r}")
+        record = await self.get_message(end_id)
+        if record is None or record.chat_id != chat_id:
+            return ChainPage(messages=[], depths=[], older=False)
+        chain = await self.get_message_chain(end_id)
+        start = max(0, len(chain) - limit)
+        return ChainPage(
+            messages=chain[start:],
+            depths=list(range(start + 1, len(chain) + 1)),
+            older=start > 0,
+        )
 
     # --- blobs, snapshots, resolve records ---------------------------------------------------
 

@@ -19,6 +19,7 @@ __all__ = [
     "Branch",
     "BranchInfo",
     "BranchState",
+    "ChainPage",
     "ChainRows",
     "ChatExport",
     "ChatState",
@@ -203,6 +204,18 @@ class GraphNode(_Record):
     type: str = "message"
     """``"message"``, or ``"compaction"`` for a summary stored beside the branch by
     `ContextEngine.compact` (its parent is the last message it folds)."""
+
+
+class ChainPage(_Record):
+    """A page of a chain (`ContextStore.get_chain_page`): at most ``limit`` messages ending
+    at the message asked for, root first."""
+
+    messages: list[MessageRecord]
+    depths: list[int]
+    """Each message's position in its chain (the root is 1)."""
+    older: bool
+    """Whether the chain goes on before the first message (ask for the page ending at its
+    parent)."""
 
 
 class Graph(_Record):

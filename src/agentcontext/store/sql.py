@@ -37,6 +37,7 @@ from agentcontext.store import (
     _graph,
     _messages,
     _migrate,
+    _pages,
     _search,
     _snapshots,
     _tokenizer,
@@ -61,6 +62,7 @@ from agentcontext.store.records import (
     Branch,
     BranchInfo,
     BranchState,
+    ChainPage,
     ChainRows,
     Chat,
     ChatExport,
@@ -889,6 +891,22 @@ class SqlContextStore(ContextStore):
         v.check_id(chat_id, "chat_id")
         graph: Graph = await self._run("snapshot", _graph.graph, chat_id=chat_id)
         return graph
+
+    async def get_chain_page(self, chat_id: str, end_id: str, *, limit: int) -> ChainPage:
+        """See `ContextStore.get_chain_page`; one query that reads only the page."""
+        v.check_id(chat_id, "chat_id")
+        v.check_id(end_id, "end_id")
+        v.check_int(limit, "limit", minimum=1)
+        limit = min(limit, 1_000_000)
+        page: ChainPage = await self._run(
+            "snapshot",
+            _pages.chain_page,
+            dialect=self._dialect,
+            chat_id=chat_id,
+            end_id=end_id,
+            limit=limit,
+        )
+        return page
 
     # --- blobs, snapshots, resolve records ---------------------------------------------------
 

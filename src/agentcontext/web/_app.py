@@ -478,44 +478,55 @@ class _Viewer:
         return page(f"message {record.id}", body, crumbs=crumbs), False
 
     async def branch_page(self, request: Request) -> str:
+        """One page of a branch's transcript, the newest page first.
+
+        Keyset paging: a page is the ``TRANSCRIPT_PAGE`` messages of the chain ending at
+        ``end`` (the branch head by default), read by one query that walks up from it, so a
+        page costs the same however long the branch is; "older" ends at the parent of the
+        page's first message.
+        """
         chat = await self.chat(_required(request, "chat"))
         name = _required(request, "name")
         branch = await self.store.get_branch(chat.id, name)
         if branch is None:
             raise _NotFound(f"chat {chat.id!r} has no branch {name!r}")
-        chain = (
-            await self.store.get_message_chain(branch.head_message_id)
-            if branch.head_message_id
-            else []
-        )
-        page_no = _int(request, "page", 1)
-        pages = max(1, -(-len(chain) // TRANSCRIPT_PAGE))
-        shown = chain[(page_no - 1) * TRANSCRIPT_PAGE : page_no * TRANSCRIPT_PAGE]
+        end = request.query_params.get("end") or branch.head_message_id
+        if end is None:
+            chunk = None
+        else:
+            chunk = await self.store.get_chain_page(chat.id, end, limit=TRANSCRIPT_PAGE)
+            if not chunk.messages:
+                raise _NotFound(f"there is no message {end!r} in this chat")
         turns = []
-        for offset, record in enumerate(shown):
-            number = (page_no - 1) * TRANSCRIPT_PAGE + offset + 1
+        for record, number in zip(
+            chunk.messages if chunk else [], chunk.depths if chunk else [], strict=True
+        ):
             css = "compaction" if record.type == "compaction" else esc(record.name)
             link = href("/chat", {"id": chat.id, "m": record.id})
             turns.append(
                 f'<div class="turn {css}"><div class="muted">#{number} \u00b7 '
                 f'<a href="{link}">in the graph</a></div>{message_panel(record)}</div>'
             )
-        pager = []
         base = {"chat": chat.id, "name": name}
-        if page_no > 1:
-            pager.append(
-                f'<a rel="prev" href="{href("/branch", {**base, "page": page_no - 1})}">'
-                "previous</a>"
-            )
-        pager.append(f"<span>page {page_no} of {pages}</span>")
-        if page_no < pages:
-            pager.append(
-                f'<a rel="next" href="{href("/branch", {**base, "page": page_no + 1})}">next</a>'
-            )
+        pager = []
+        if chunk is not None and end != branch.head_message_id:
+            pager.append(f'<a rel="first" href="{href("/branch", base)}">newest</a>')
+        if chunk is not None and chunk.messages:
+            first, last = chunk.depths[0], chunk.depths[-1]
+            pager.append(f"<span>messages {first}\u2013{last}</span>")
+            if chunk.older:
+                older = {**base, "end": chunk.messages[0].parent_id}
+                pager.append(f'<a rel="next" href="{href("/branch", older)}">older</a>')
         active = ' <span class="tag active">active</span>' if branch.is_active else ""
+        total = chunk.depths[-1] if chunk and end == branch.head_message_id else None
+        summary = (
+            f"{_count(total, 'message')}, root first, the newest chunk first"
+            if total is not None
+            else "root first"
+        )
         body = (
             f"<h1>Branch {text_html(branch.name)}{active}</h1>"
-            f'<p class="muted">{len(chain)} messages, root first</p>'
+            f'<p class="muted">{summary}</p>'
             f'<div class="pager">{"".join(pager)}</div>'
             + ("".join(turns) or '<p class="muted">This branch is empty.</p>')
             + f'<div class="pager">{"".join(pager)}</div>'
