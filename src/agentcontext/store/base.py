@@ -25,13 +25,73 @@ from agentcontext.store.records import (
     ChatState,
     ChatUpdate,
     Checkpoint,
+    Fold,
     Graph,
+    GraphNode,
+    GraphOutline,
     MessageRecord,
     ResolveRecord,
     SearchResult,
 )
 
-__all__ = ["AppendResult", "ContextStore", "EngineStore"]
+__all__ = ["AppendResult", "ContextStore", "EngineStore", "outline_of"]
+
+
+def outline_of(
+    graph: Graph, *, fold: int, keep: Sequence[str] = (), opened: Sequence[str] = ()
+) -> GraphOutline:
+    """`ContextStore.get_graph_outline` computed from a whole graph (the reference the SQL
+    summary is tested against)."""
+    children: dict[str, list[GraphNode]] = {}
+    by_id = {node.id: node for node in graph.nodes}
+    for node in graph.nodes:
+        if node.parent_id is not None and node.parent_id in by_id:
+            children.setdefault(node.parent_id, []).append(node)
+    marked = {b.head_message_id for b in graph.branches} | {c.message_id for c in graph.checkpoints}
+    marked.update(keep)
+
+    def kept(node: GraphNode) -> bool:
+        kids = children.get(node.id, [])
+        return (
+            node.parent_id is None
+            or node.type == "compaction"
+            or node.id in marked
+            or len(kids) != 1
+            or kids[0].type == "compaction"
+        )
+
+    shown: dict[str, GraphNode] = {}
+    folds: list[Fold] = []
+    for node in graph.nodes:
+        if not kept(node):
+            continue
+        shown[node.id] = node
+        run: list[GraphNode] = []
+        cursor = by_id.get(node.parent_id) if node.parent_id is not None else None
+        seen: set[str] = set()
+        while cursor is not None and not kept(cursor) and cursor.id not in seen:
+            seen.add(cursor.id)
+            run.append(cursor)
+            cursor = by_id.get(cursor.parent_id) if cursor.parent_id is not None else None
+        if not run:
+            continue
+        run.reverse()
+        if len(run) >= fold and run[0].id not in opened:
+            shown[run[0].id] = run[0]
+            shown[run[-1].id] = run[-1]
+            folds.append(
+                Fold(first_id=run[0].id, last_id=run[-1].id, count=len(run), child_id=node.id)
+            )
+        else:
+            shown.update((member.id, member) for member in run)
+    return GraphOutline(
+        chat_id=graph.chat_id,
+        nodes=sorted(shown.values(), key=lambda node: (node.created_at, node.id)),
+        folds=sorted(folds, key=lambda f: f.first_id),
+        branches=graph.branches,
+        checkpoints=graph.checkpoints,
+        message_count=len(graph.nodes),
+    )
 
 
 class AppendResult(BaseModel):
@@ -340,6 +400,28 @@ class ContextStore(abc.ABC):
     @abc.abstractmethod
     async def get_graph(self, chat_id: str) -> Graph:
         """Every message, branch and checkpoint of the chat."""
+
+    async def get_graph_outline(
+        self,
+        chat_id: str,
+        *,
+        fold: int = 6,
+        keep: Sequence[str] = (),
+        opened: Sequence[str] = (),
+    ) -> GraphOutline:
+        """The chat's graph with every linear run of ``fold`` or more messages folded into a
+        `Fold` (for viewers of long chats).
+
+        A message is part of a run when it has exactly one child, which is not a
+        compaction, and it is not a root, a compaction, a branch head, a checkpoint or in
+        ``keep``. Runs whose first message is in ``opened`` come whole. This default reads
+        the whole graph; `SqlContextStore` summarises it in SQL and reads only what is
+        drawn.
+        """
+        if isinstance(fold, bool) or not isinstance(fold, int) or fold < 2:
+            raise InvalidInputError(f"fold must be a whole number of 2 or more, got {fold!r}")
+        graph = await self.get_graph(chat_id)
+        return outline_of(graph, fold=fold, keep=keep, opened=opened)
 
     async def get_chain_page(self, chat_id: str, end_id: str, *, limit: int) -> ChainPage:
         """At most ``limit`` messages of the chain ending at ``end_id``, root first, with their

@@ -28,8 +28,10 @@ __all__ = [
     "ChatInfo",
     "ChatUpdate",
     "Checkpoint",
+    "Fold",
     "Graph",
     "GraphNode",
+    "GraphOutline",
     "MessageRecord",
     "ResolveRecord",
     "SearchResult",
@@ -225,6 +227,32 @@ class Graph(_Record):
     nodes: list[GraphNode]
     branches: list[BranchInfo]
     checkpoints: list[Checkpoint]
+
+
+class Fold(_Record):
+    """A linear run of messages that a `GraphOutline` shows as one node."""
+
+    first_id: str
+    last_id: str
+    count: int
+    """How many messages the run holds."""
+    child_id: str
+    """The message after the run (its last message's only child)."""
+
+
+class GraphOutline(_Record):
+    """A chat's graph with its long linear runs folded (`ContextStore.get_graph_outline`).
+
+    ``nodes`` holds every message that is drawn, and each fold's first and last message;
+    ``message_count`` counts every message of the chat.
+    """
+
+    chat_id: str
+    nodes: list[GraphNode]
+    folds: list[Fold]
+    branches: list[BranchInfo]
+    checkpoints: list[Checkpoint]
+    message_count: int
 
 
 class ResolveRecord(_Record):

@@ -71,6 +71,7 @@ from agentcontext.store.records import (
     ChatUpdate,
     Checkpoint,
     Graph,
+    GraphOutline,
     MessageRecord,
     ResolveRecord,
     SearchResult,
@@ -891,6 +892,31 @@ class SqlContextStore(ContextStore):
         v.check_id(chat_id, "chat_id")
         graph: Graph = await self._run("snapshot", _graph.graph, chat_id=chat_id)
         return graph
+
+    async def get_graph_outline(
+        self,
+        chat_id: str,
+        *,
+        fold: int = 6,
+        keep: Sequence[str] = (),
+        opened: Sequence[str] = (),
+    ) -> GraphOutline:
+        """See `ContextStore.get_graph_outline`; summarised in SQL: the rows read and decoded
+        grow with what is drawn, not with the chat."""
+        v.check_id(chat_id, "chat_id")
+        v.check_int(fold, "fold", minimum=2)
+        keep_ids = [v.check_id(item, "keep") for item in keep]
+        opened_ids = [v.check_id(item, "opened") for item in opened]
+        outline: GraphOutline = await self._run(
+            "snapshot",
+            _pages.graph_outline,
+            dialect=self._dialect,
+            chat_id=chat_id,
+            fold=fold,
+            keep=keep_ids,
+            opened=opened_ids,
+        )
+        return outline
 
     async def get_chain_page(self, chat_id: str, end_id: str, *, limit: int) -> ChainPage:
         """See `ContextStore.get_chain_page`; one query that reads only the page."""

@@ -24,7 +24,7 @@ from agentcontext.errors import (
 )
 from agentcontext.messages import Message, ReasoningPart, TextPart
 from agentcontext.store.base import ContextStore
-from agentcontext.store.records import Chat, ChatInfo, ResolveRecord
+from agentcontext.store.records import Chat, ChatInfo, GraphOutline, ResolveRecord
 from agentcontext.web._html import (
     esc,
     href,
@@ -36,7 +36,7 @@ from agentcontext.web._html import (
     text_html,
     when,
 )
-from agentcontext.web._layout import layout_graph, render_svg
+from agentcontext.web._layout import FOLD_MIN, layout_graph, render_svg
 from agentcontext.web._render import message_body, message_panel
 
 if TYPE_CHECKING:
@@ -68,6 +68,9 @@ SECURITY_HEADERS = [
 ]
 
 PAGE_SIZE = 50
+MAX_ID_LENGTH = 255
+MAX_OPENED = 50
+"""At most this many runs are opened on one page (each opened run is drawn whole)."""
 TRANSCRIPT_PAGE = 200
 MAX_PAGE = 1_000_000
 _META = re.compile(r"[+-]?\d+")
@@ -355,7 +358,7 @@ class _Viewer:
         chat = await self.chat(_required(request, "id"))
         opened = [o for o in request.query_params.getlist("open") if o]
         selected = request.query_params.get("m") or None
-        graph = await self.store.get_graph(chat.id)
+        graph = await self._outline(chat, opened, selected)
         layout = layout_graph(graph, opened=opened, selected=selected)
         svg = render_svg(layout, chat_id=chat.id, opened=opened, selected=selected)
         closers = ""
@@ -370,7 +373,7 @@ class _Viewer:
         counts = " \u00b7 ".join(
             _count(number, noun)
             for number, noun in (
-                (len(graph.nodes), "message"),
+                (graph.message_count, "message"),
                 (len(graph.branches), "branch"),
                 (len(graph.checkpoints), "checkpoint"),
                 (compactions, "compaction"),
@@ -428,6 +431,12 @@ class _Viewer:
         )
         return page(chat.title or chat.id, body, crumbs=self.chat_crumbs(chat))
 
+    async def _outline(self, chat: Chat, opened: list[str], selected: str | None) -> GraphOutline:
+        """The chat's graph with long runs folded, read for what the page draws only."""
+        valid = [o for o in opened if len(o) <= MAX_ID_LENGTH][:MAX_OPENED]
+        keep = [selected] if selected is not None and len(selected) <= MAX_ID_LENGTH else []
+        return await self.store.get_graph_outline(chat.id, fold=FOLD_MIN, keep=keep, opened=valid)
+
     async def _closers(self, chat: Chat, opened: list[str], selected: str | None) -> str:
         links = []
         for run in opened:
@@ -443,7 +452,7 @@ class _Viewer:
         chat = await self.chat(_required(request, "id"))
         opened = [o for o in request.query_params.getlist("open") if o]
         selected = request.query_params.get("m") or None
-        graph = await self.store.get_graph(chat.id)
+        graph = await self._outline(chat, opened, selected)
         layout = layout_graph(graph, opened=opened, selected=selected)
         svg = render_svg(layout, chat_id=chat.id, opened=opened, selected=selected)
         closers = await self._closers(chat, opened, selected) if opened else ""
