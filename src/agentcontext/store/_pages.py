@@ -4,27 +4,27 @@
   query that walks ``parent_id`` up from that message at most ``limit`` steps: the cost of a
   page does not depend on the length of the chain. The next (older) page starts at the
   parent of the page's first message: keyset paging, with no offset to count past.
-- `graph_outline`: a chat's graph with its long linear runs folded, summarised in SQL. The
-  messages that shape the drawing are *kept* (roots, leaves, forks, parents of compactions,
-  compactions, branch heads, checkpoints, the selected message); every other message has
-  exactly one child, so they form linear runs between kept messages. The database walks each
-  run once and returns, per run, its length, its first and last message (every message of a
-  run shorter than ``fold`` or of an opened run): rows and JSON decoding grow with what is
-  drawn, not with the chat.
+- `graph_outline`: a chat's graph with its long linear runs folded. The messages that shape
+  the drawing are *kept* (roots, leaves, forks, parents of compactions, compactions, branch
+  heads, checkpoints, the selected message); every other message has exactly one child, so
+  they form linear runs between kept messages (`fold_runs`). Only each message's id, parent
+  and type are read for the whole chat (no JSON, no text); the full rows are read, and their
+  JSON decoded, for the messages drawn only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, String, and_, bindparam, literal, select, text
+from sqlalchemy import Connection, and_, bindparam, literal, select
 
 from agentcontext.store import _branches, _chats, _checkpoints, _rows, _text
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._schema import messages as M
 from agentcontext.store.records import ChainPage, Fold, GraphNode, GraphOutline
 
-__all__ = ["chain_page", "graph_outline"]
+__all__ = ["chain_page", "fold_runs", "graph_outline"]
 
 _STATEMENTS: dict[str, Any] = {}
 
@@ -90,62 +90,70 @@ def chain_page(
     )
 
 
-_OUTLINE = text(
+def fold_runs(
+    nodes: Sequence[tuple[str, str | None, str]],
+    marked: Collection[str],
+    *,
+    fold: int,
+    opened: Collection[str] = (),
+) -> tuple[list[str], list[Fold]]:
+    """The ids to draw and the runs to fold, from every message's ``(id, parent_id, type)``.
+
+    A message is kept (drawn) when it is a root, a compaction, in ``marked`` (branch heads,
+    checkpoints, the selected message), or when it has no child, several, or a compaction
+    child; every other message has one child and belongs to a linear run that ends at a kept
+    message. Runs of ``fold`` or more messages are folded (their first and last message are
+    returned, to label the fold) unless their first message is in ``opened``.
     """
-WITH RECURSIVE
-multi AS (
-    SELECT parent_id AS id FROM messages
-    WHERE chat_id = :chat_id AND parent_id IS NOT NULL
-    GROUP BY parent_id
-    HAVING COUNT(*) > 1 OR MAX(CASE WHEN type = 'compaction' THEN 1 ELSE 0 END) = 1
-),
-kept AS (
-    SELECT id FROM multi
-    UNION
-    SELECT head_message_id FROM branches
-    WHERE chat_id = :chat_id AND head_message_id IS NOT NULL
-    UNION
-    SELECT message_id FROM checkpoints WHERE chat_id = :chat_id
-    UNION
-    SELECT m.id FROM messages AS m
-    WHERE m.chat_id = :chat_id AND (
-        m.parent_id IS NULL OR m.type = 'compaction' OR m.id IN :keep
-        OR NOT EXISTS (SELECT 1 FROM messages AS c WHERE c.parent_id = m.id)
-    )
-),
-up (start, id, parent_id, n) AS (
-    SELECT k.id, p.id, p.parent_id, 1
-    FROM kept AS k
-    JOIN messages AS m ON m.id = k.id
-    JOIN messages AS p ON p.id = m.parent_id
-    WHERE m.chat_id = :chat_id AND p.chat_id = :chat_id
-      AND p.id NOT IN (SELECT id FROM kept)
-    UNION ALL
-    SELECT up.start, p.id, p.parent_id, up.n + 1
-    FROM up JOIN messages AS p ON p.id = up.parent_id
-    WHERE p.chat_id = :chat_id AND p.id NOT IN (SELECT id FROM kept) AND up.n < :max_steps
-),
-runs AS (
-    SELECT start, id, n,
-           COUNT(*) OVER (PARTITION BY start) AS total,
-           FIRST_VALUE(id) OVER (PARTITION BY start ORDER BY n DESC) AS first_id
-    FROM up
-),
-shown AS (
-    SELECT start, id, n, total, first_id FROM runs
-    WHERE total < :fold OR n = 1 OR n = total OR first_id IN :opened
-    UNION ALL
-    SELECT k.id, k.id, 0, 0, NULL FROM kept AS k
-)
-SELECT s.start, s.n, s.total, s.first_id,
-       m.id, m.parent_id, m.name, m.type, CAST(m.data AS TEXT), m.created_at
-FROM shown AS s JOIN messages AS m ON m.id = s.id
-WHERE m.chat_id = :chat_id
-"""
-).bindparams(
-    bindparam("keep", expanding=True, type_=String()),
-    bindparam("opened", expanding=True, type_=String()),
-)
+    parent_of: dict[str, str | None] = {}
+    children: dict[str, int] = {}
+    compaction_parents: set[str] = set()
+    for node_id, parent_id, kind in nodes:
+        parent_of[node_id] = parent_id
+        if parent_id is not None:
+            children[parent_id] = children.get(parent_id, 0) + 1
+            if kind == "compaction":
+                compaction_parents.add(parent_id)
+    kinds = {node_id: kind for node_id, _, kind in nodes}
+
+    def kept(node_id: str) -> bool:
+        parent = parent_of[node_id]
+        return (
+            parent is None
+            or parent not in parent_of
+            or kinds[node_id] == "compaction"
+            or node_id in marked
+            or children.get(node_id, 0) != 1
+            or node_id in compaction_parents
+        )
+
+    shown: list[str] = []
+    folds: list[Fold] = []
+    for node_id, _, _ in nodes:
+        if not kept(node_id):
+            continue
+        shown.append(node_id)
+        run: list[str] = []
+        cursor = parent_of[node_id]
+        seen: set[str] = set()
+        while cursor is not None and cursor in parent_of and not kept(cursor):
+            if cursor in seen:
+                break  # a cycle in stored data
+            seen.add(cursor)
+            run.append(cursor)
+            cursor = parent_of[cursor]
+        if not run:
+            continue
+        run.reverse()
+        if len(run) >= fold and run[0] not in opened:
+            shown.extend((run[0], run[-1]))
+            folds.append(Fold(first_id=run[0], last_id=run[-1], count=len(run), child_id=node_id))
+        else:
+            shown.extend(run)
+    return shown, sorted(folds, key=lambda f: f.first_id)
+
+
+_BATCH = 500
 
 
 def graph_outline(
@@ -157,65 +165,61 @@ def graph_outline(
     keep: list[str],
     opened: list[str],
 ) -> GraphOutline:
-    """The chat's graph with linear runs of ``fold`` or more messages folded (see the module
-    docs); runs whose first message is in ``opened`` come whole, and ``keep`` messages are
-    never folded away. Read in one transaction."""
+    """The chat's graph with linear runs of ``fold`` or more messages folded (see
+    `fold_runs`), read in one transaction: every message's id, parent and type (no JSON),
+    then the full rows of the messages drawn only."""
     _chats.require(conn, chat_id)
-    count = int(
-        conn.execute(
-            text("SELECT message_count FROM chats WHERE id = :chat_id"), {"chat_id": chat_id}
-        ).scalar_one()
-    )
-    rows = conn.execute(
-        _OUTLINE,
-        {
-            "chat_id": chat_id,
-            "fold": fold,
-            "keep": keep,
-            "opened": opened,
-            "max_steps": count + 1,
-        },
+    links = conn.execute(
+        select(M.c.id, M.c.parent_id, M.c.type).where(M.c.chat_id == chat_id).order_by(M.c.seq)
     ).all()
+    branches = _branches.list_infos(conn, chat_id)
+    checkpoints = _checkpoints.list_all(conn, chat_id)
+    marked = {b.head_message_id for b in branches if b.head_message_id is not None}
+    marked.update(point.message_id for point in checkpoints)
+    marked.update(keep)
+    shown, folds = fold_runs(
+        [(row[0], row[1], row[2]) for row in links], marked, fold=fold, opened=set(opened)
+    )
+    count = len(links)
+    del links
+    columns = select(
+        M.c.id,
+        M.c.parent_id,
+        M.c.name,
+        M.c.type,
+        dialect.raw_json(M.c.data),
+        dialect.raw_time(M.c.created_at),
+    )
     decode_json, decode_time = dialect.decode_json, dialect.decode_time
-    nodes: dict[str, GraphNode] = {}
-    long_runs: dict[str, dict[str, Any]] = {}
-    for start, n, total, first_id, node_id, parent_id, name, kind, data, created_at in rows:
-        if node_id not in nodes:
-            nodes[node_id] = _rows.build(
-                GraphNode,
-                {
-                    "id": node_id,
-                    "parent_id": parent_id,
-                    "role": name,
-                    "preview": _text.preview(decode_json(data)),
-                    "created_at": decode_time(created_at),
-                    "type": kind,
-                },
+    nodes: list[GraphNode] = []
+    unique = list(dict.fromkeys(shown))
+    for start in range(0, len(unique), _BATCH):
+        batch = unique[start : start + _BATCH]
+        for node_id, parent_id, name, kind, data, created_at in conn.execute(
+            columns.where(M.c.id.in_(batch))
+        ):
+            nodes.append(
+                _rows.build(
+                    GraphNode,
+                    {
+                        "id": node_id,
+                        "parent_id": parent_id,
+                        "role": name,
+                        "preview": _text.preview(decode_json(data)),
+                        "created_at": decode_time(created_at),
+                        "type": kind,
+                    },
+                )
             )
-        if n and total >= fold and first_id not in opened:
-            run = long_runs.setdefault(start, {"count": total, "first": first_id})
-            if n == 1:
-                run["last"] = node_id
-    folds = [
-        _rows.build(
-            Fold,
-            {
-                "first_id": run["first"],
-                "last_id": run["last"],
-                "count": run["count"],
-                "child_id": start,
-            },
-        )
-        for start, run in long_runs.items()
-    ]
+    nodes.sort(key=lambda node: (node.created_at, node.id))
     return _rows.build(
         GraphOutline,
         {
             "chat_id": chat_id,
-            "nodes": sorted(nodes.values(), key=lambda node: (node.created_at, node.id)),
-            "folds": sorted(folds, key=lambda f: f.first_id),
-            "branches": _branches.list_infos(conn, chat_id),
-            "checkpoints": _checkpoints.list_all(conn, chat_id),
+            "nodes": nodes,
+            "folds": folds,
+            "branches": branches,
+            "checkpoints": checkpoints,
             "message_count": count,
         },
     )

@@ -25,9 +25,7 @@ from agentcontext.store.records import (
     ChatState,
     ChatUpdate,
     Checkpoint,
-    Fold,
     Graph,
-    GraphNode,
     GraphOutline,
     MessageRecord,
     ResolveRecord,
@@ -40,54 +38,26 @@ __all__ = ["AppendResult", "ContextStore", "EngineStore", "outline_of"]
 def outline_of(
     graph: Graph, *, fold: int, keep: Sequence[str] = (), opened: Sequence[str] = ()
 ) -> GraphOutline:
-    """`ContextStore.get_graph_outline` computed from a whole graph (the reference the SQL
-    summary is tested against)."""
-    children: dict[str, list[GraphNode]] = {}
-    by_id = {node.id: node for node in graph.nodes}
-    for node in graph.nodes:
-        if node.parent_id is not None and node.parent_id in by_id:
-            children.setdefault(node.parent_id, []).append(node)
-    marked = {b.head_message_id for b in graph.branches} | {c.message_id for c in graph.checkpoints}
+    """`ContextStore.get_graph_outline` computed from a whole graph."""
+    from agentcontext.store._pages import fold_runs
+
+    marked = {b.head_message_id for b in graph.branches if b.head_message_id is not None}
+    marked.update(c.message_id for c in graph.checkpoints)
     marked.update(keep)
-
-    def kept(node: GraphNode) -> bool:
-        kids = children.get(node.id, [])
-        return (
-            node.parent_id is None
-            or node.type == "compaction"
-            or node.id in marked
-            or len(kids) != 1
-            or kids[0].type == "compaction"
-        )
-
-    shown: dict[str, GraphNode] = {}
-    folds: list[Fold] = []
-    for node in graph.nodes:
-        if not kept(node):
-            continue
-        shown[node.id] = node
-        run: list[GraphNode] = []
-        cursor = by_id.get(node.parent_id) if node.parent_id is not None else None
-        seen: set[str] = set()
-        while cursor is not None and not kept(cursor) and cursor.id not in seen:
-            seen.add(cursor.id)
-            run.append(cursor)
-            cursor = by_id.get(cursor.parent_id) if cursor.parent_id is not None else None
-        if not run:
-            continue
-        run.reverse()
-        if len(run) >= fold and run[0].id not in opened:
-            shown[run[0].id] = run[0]
-            shown[run[-1].id] = run[-1]
-            folds.append(
-                Fold(first_id=run[0].id, last_id=run[-1].id, count=len(run), child_id=node.id)
-            )
-        else:
-            shown.update((member.id, member) for member in run)
+    shown, folds = fold_runs(
+        [(node.id, node.parent_id, node.type) for node in graph.nodes],
+        marked,
+        fold=fold,
+        opened=set(opened),
+    )
+    by_id = {node.id: node for node in graph.nodes}
     return GraphOutline(
         chat_id=graph.chat_id,
-        nodes=sorted(shown.values(), key=lambda node: (node.created_at, node.id)),
-        folds=sorted(folds, key=lambda f: f.first_id),
+        nodes=sorted(
+            (by_id[node_id] for node_id in dict.fromkeys(shown)),
+            key=lambda node: (node.created_at, node.id),
+        ),
+        folds=folds,
         branches=graph.branches,
         checkpoints=graph.checkpoints,
         message_count=len(graph.nodes),
