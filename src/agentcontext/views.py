@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from agentcontext.errors import InvalidInputError
-from agentcontext.store.records import Graph, GraphNode
+from agentcontext.store.records import Graph, GraphNode, GraphOutline
 
 __all__ = [
     "DEFAULT_DEPTH",
@@ -115,12 +115,33 @@ class _Item:
 class _Shape:
     """The forest of a graph (or of its newest ``last`` messages) and what the walk needs."""
 
-    def __init__(self, graph: Graph, last: int | None) -> None:
+    def __init__(self, graph: Graph | GraphOutline, last: int | None) -> None:
         nodes = graph.nodes
+        # A run the store folded already (an outline) is drawn by its first message: the
+        # last one is left out and the message after the run hangs from the first.
+        self.folded: dict[str, tuple[int, GraphNode]] = {}
+        if isinstance(graph, GraphOutline):
+            by_id = {node.id: node for node in nodes}
+            rewired: dict[str, str] = {}
+            skipped: set[str] = set()
+            for fold in graph.folds:
+                if fold.first_id in by_id and fold.last_id in by_id:
+                    self.folded[fold.first_id] = (fold.count, by_id[fold.last_id])
+                    if fold.last_id != fold.first_id:
+                        skipped.add(fold.last_id)
+                    rewired[fold.child_id] = fold.first_id
+            nodes = [
+                node.model_copy(update={"parent_id": rewired[node.id]})
+                if node.id in rewired
+                else node
+                for node in nodes
+                if node.id not in skipped
+            ]
         self.left_out = 0
         if last is not None and last < len(nodes):
-            nodes = sorted(nodes, key=_sort_key)[len(nodes) - last :]
-            self.left_out = len(graph.nodes) - last
+            ordered = sorted(nodes, key=_sort_key)
+            nodes = ordered[len(nodes) - last :]
+            self.left_out = sum(self._weight(node) for node in ordered[: len(ordered) - last])
         self.nodes = nodes
         ids = {node.id for node in nodes}
         self.children: dict[str, list[GraphNode]] = {}
@@ -156,10 +177,16 @@ class _Shape:
         then the oldest."""
         return (node.id not in self.active, node.type == "compaction", *_sort_key(node))
 
+    def _weight(self, node: GraphNode) -> int:
+        """How many messages a drawn node stands for."""
+        folded = self.folded.get(node.id)
+        return 1 if folded is None else folded[0]
+
     def plain(self, node: GraphNode) -> bool:
         kids = self.children.get(node.id, ())
         return (
-            node.type != "compaction"
+            node.id not in self.folded
+            and node.type != "compaction"
             and len(kids) == 1
             and kids[0].type != "compaction"
             and node.id not in self.heads
@@ -181,7 +208,7 @@ class _Shape:
                 stack.extend(self.children.get(node.id, ()))
         sizes: dict[str, tuple[int, int]] = {}
         for node in reversed(order):
-            count, heads = 1, len(self.heads.get(node.id, ()))
+            count, heads = self._weight(node), len(self.heads.get(node.id, ()))
             for kid in self.children.get(node.id, ()):
                 if kid.id in sizes:
                     kid_count, kid_heads = sizes[kid.id]
@@ -227,6 +254,15 @@ class _Shape:
                     yield _Item("more", node, parent, line_prefix, own_prefix, count, heads=heads)
                     index += 1
                     continue
+                if node.id in self.folded:
+                    count, last = self.folded[node.id]
+                    seen.add(node.id)
+                    yield _Item("fold", node, parent, line_prefix, own_prefix, count, last)
+                    kids = self.children.get(node.id, [])
+                    if kids:
+                        stack.append((kids[0], index, own_prefix, own_prefix, level))
+                    index += 1
+                    continue
                 run: list[GraphNode] = []
                 after = node
                 if fold and parent is not None:
@@ -265,7 +301,7 @@ def _labels(names: list[str]) -> str:
 
 
 def visualize_graph(
-    graph: Graph,
+    graph: Graph | GraphOutline,
     *,
     fold: int | None = DEFAULT_FOLD,
     depth: int | None = DEFAULT_DEPTH,
@@ -300,7 +336,9 @@ def visualize_graph(
     previews and names are shown as spaces so each message stays on one line.
 
     Args:
-        graph: The graph, as returned by ``store.get_graph(chat_id)``.
+        graph: The graph, as returned by ``store.get_graph(chat_id)``, or its outline
+            (``store.get_graph_outline(chat_id)``: the runs folded by the store, read without
+            loading the whole chat).
         fold: Fold runs of at least this many plain messages (``None`` or ``0``: never).
         depth: How deep side branches nest before they are summarised (``None``: no limit).
         last: Draw only the newest N messages (``None``: all).
@@ -384,7 +422,7 @@ def _mermaid_text(text: str) -> str:
     return escaped or " "
 
 
-def _mermaid(graph: Graph, fold: int | None, last: int | None) -> str:
+def _mermaid(graph: Graph | GraphOutline, fold: int | None, last: int | None) -> str:
     shape = _Shape(graph, last)
     lines = ["flowchart TD"]
     if not graph.nodes and not graph.branches and not graph.checkpoints:
@@ -449,7 +487,7 @@ def _mermaid(graph: Graph, fold: int | None, last: int | None) -> str:
 
 
 def graph_to_mermaid(
-    graph: Graph,
+    graph: Graph | GraphOutline,
     *,
     fold: int | None = DEFAULT_FOLD,
     last: int | None = None,
@@ -480,7 +518,8 @@ def graph_to_mermaid(
     Line breaks in text are shown as spaces.
 
     Args:
-        graph: The graph, as returned by ``store.get_graph(chat_id)``.
+        graph: The graph, as returned by ``store.get_graph(chat_id)``, or its outline
+            (``store.get_graph_outline(chat_id)``).
         fold: Fold runs of at least this many plain messages (``None`` or ``0``: never).
         last: Draw only the newest N messages (``None``: as many as fit).
         max_chars: The chart stays shorter than this (at least 2 000).
@@ -495,7 +534,7 @@ def graph_to_mermaid(
     _check("last", last, 1)
     _check("max_chars", max_chars, 2_000)
     out = _mermaid(graph, fold, last)
-    keep = min(last or len(graph.nodes), len(graph.nodes))
+    keep = min(last or len(graph.nodes), len(graph.nodes))  # drawn nodes (an outline's few)
     while len(out) >= max_chars and keep > 1:
         # Shrink in proportion to the overshoot, then step down until it fits.
         guess = int(keep * (max_chars / len(out)) * 0.9)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from agentcontext.errors import ChatNotFoundError, InvalidInputError
 from agentcontext.store import MessageRecord, SqlContextStore
 from agentcontext.store.base import outline_of
+from agentcontext.views import DEFAULT_FOLD, graph_to_mermaid, visualize_graph
 from agentcontext.web._layout import FOLD_MIN, layout_graph, render_svg
 from tests.helpers import chain, rec
 
@@ -133,6 +134,11 @@ async def test_the_viewer_draws_the_outline_as_it_draws_the_whole_graph(
     assert render_svg(drawn, chat_id=chat_id, selected=selected) == render_svg(
         whole, chat_id=chat_id, selected=selected
     )
+    # The CLI's tree and chart too: from the outline exactly as from the whole graph.
+    plain = await store.get_graph_outline(chat_id, fold=DEFAULT_FOLD)
+    assert visualize_graph(plain) == visualize_graph(graph)
+    assert visualize_graph(plain, depth=1) == visualize_graph(graph, depth=1)
+    assert graph_to_mermaid(plain) == graph_to_mermaid(graph)
     runs = [row.node.id for row in whole.rows if row.kind == "fold"]
     if runs:
         opened = [runs[0]]

@@ -12,6 +12,7 @@ from agentcontext.cli._output import count
 from agentcontext.cli._transcript import load_transcript, print_transcript
 from agentcontext.errors import ChatNotFoundError, InvalidInputError
 from agentcontext.store import Chat, SqlContextStore
+from agentcontext.store.records import Graph, GraphOutline
 from agentcontext.views import DEFAULT_DEPTH, DEFAULT_FOLD, graph_to_mermaid, visualize_graph
 
 __all__ = [
@@ -232,14 +233,16 @@ async def _show(args: argparse.Namespace, env: Env) -> int:
             else:
                 print_transcript(env.out, transcript, full=args.full)
             return EXIT_OK
-        graph = await store.get_graph(args.chat)
-    if args.json:
-        env.out.json({"chat": chat.model_dump(mode="json"), **graph.model_dump(mode="json")})
-        return EXIT_OK
+        if args.json:
+            full = await store.get_graph(args.chat)
+            env.out.json({"chat": chat.model_dump(mode="json"), **full.model_dump(mode="json")})
+            return EXIT_OK
+        graph = await _graph(store, args)
     out = env.out
     title = f" · {chat.title}" if chat.title else ""
+    total = graph.message_count if isinstance(graph, GraphOutline) else len(graph.nodes)
     counts = (
-        count(len(graph.nodes), "message"),
+        count(total, "message"),
         count(len(graph.branches), "branch"),
         count(len(graph.checkpoints), "checkpoint"),
     )
@@ -314,9 +317,17 @@ async def _search(args: argparse.Namespace, env: Env) -> int:
     return EXIT_OK
 
 
+async def _graph(store: SqlContextStore, args: argparse.Namespace) -> Graph | GraphOutline:
+    """What a tree or chart needs: the outline the store folds (a long chat is never loaded
+    whole), or the whole graph when every message may be drawn (--fold 0 or 1, --last)."""
+    if args.last is None and args.fold >= 2:
+        return await store.get_graph_outline(args.chat, fold=args.fold)
+    return await store.get_graph(args.chat)
+
+
 async def _mermaid(args: argparse.Namespace, env: Env) -> int:
     async with open_store(env) as store:
         await require_chat(store, args.chat)
-        graph = await store.get_graph(args.chat)
+        graph = await _graph(store, args)
     env.out.raw(graph_to_mermaid(graph, fold=args.fold, last=args.last) + "\n")
     return EXIT_OK
