@@ -529,7 +529,7 @@ class _Viewer:
         active = ' <span class="tag active">active</span>' if branch.is_active else ""
         total = chunk.depths[-1] if chunk and end == branch.head_message_id else None
         summary = (
-            f"{_count(total, 'message')}, root first, the newest chunk first"
+            f"{_count(total, 'message')}, root first, the newest page first"
             if total is not None
             else "root first"
         )
