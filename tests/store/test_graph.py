@@ -75,7 +75,8 @@ async def test_a_tool_call_is_previewed_as_a_call_with_its_result(store: SqlCont
             data={"id": name, "role": "assistant", "parts": [part]},
         )
         for name, parent, part in [
-            ("asked", None, call("input-available")),
+            ("thought", None, {"type": "reasoning", "text": "hidden"}),
+            ("asked", "thought", call("input-available")),
             ("done", "asked", call("output-available", output="sunny")),
             ("failed", "done", call("output-error", error="timeout")),
         ]
@@ -83,6 +84,7 @@ async def test_a_tool_call_is_previewed_as_a_call_with_its_result(store: SqlCont
     await store.append_messages(main.id, records, expected_head=None)
     previews = {n.id: n.preview for n in (await store.get_graph("c")).nodes}
     assert previews == {
+        "thought": "(reasoning)",
         "asked": 'tool get_weather({"city": "Paris"})',
         "done": 'tool get_weather({"city": "Paris"}) → sunny',
         "failed": 'tool get_weather({"city": "Paris"}) ✗ timeout',

@@ -161,6 +161,16 @@ def preview(data: Any) -> str:
                 pieces.append(part["text"])
             elif part.get("type") == "tool":
                 pieces.append(tool_line(part))
+        if not pieces:  # nothing to read: say what the message holds
+            kinds = [p.get("type") for p in parts if isinstance(p, dict)]
+            names = [
+                str(p.get("name")) for p in parts if isinstance(p, dict) and p.get("type") == "data"
+            ]
+            if "reasoning" in kinds:
+                pieces.append("(reasoning)")
+            if "file" in kinds:
+                pieces.append("(file)")
+            pieces.extend(f"(data {name})" for name in names)
         raw = " ".join(pieces)
     flat = " ".join(raw.split())
     if len(flat) > PREVIEW_LENGTH:
