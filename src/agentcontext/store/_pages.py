@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, literal, select
@@ -91,13 +91,14 @@ def chain_page(
 
 
 def fold_runs(
-    nodes: Sequence[tuple[str, str | None, str]],
+    nodes: Iterable[tuple[str, str | None, str]],
     marked: Collection[str],
     *,
     fold: int,
     opened: Collection[str] = (),
-) -> tuple[list[str], list[Fold]]:
-    """The ids to draw and the runs to fold, from every message's ``(id, parent_id, type)``.
+) -> tuple[list[str], list[Fold], int]:
+    """The ids to draw, the runs to fold and the number of messages, from every message's
+    ``(id, parent_id, type)`` (read once, in any order).
 
     A message is kept (drawn) when it is a root, a compaction, in ``marked`` (branch heads,
     checkpoints, the selected message), or when it has no child, several, or a compaction
@@ -107,29 +108,27 @@ def fold_runs(
     """
     parent_of: dict[str, str | None] = {}
     children: dict[str, int] = {}
-    compaction_parents: set[str] = set()
+    always: set[str] = set(marked)  # compactions and the parents of compactions join them
     for node_id, parent_id, kind in nodes:
         parent_of[node_id] = parent_id
         if parent_id is not None:
             children[parent_id] = children.get(parent_id, 0) + 1
             if kind == "compaction":
-                compaction_parents.add(parent_id)
-    kinds = {node_id: kind for node_id, _, kind in nodes}
+                always.add(parent_id)
+                always.add(node_id)
 
     def kept(node_id: str) -> bool:
         parent = parent_of[node_id]
         return (
             parent is None
             or parent not in parent_of
-            or kinds[node_id] == "compaction"
-            or node_id in marked
+            or node_id in always
             or children.get(node_id, 0) != 1
-            or node_id in compaction_parents
         )
 
     shown: list[str] = []
     folds: list[Fold] = []
-    for node_id, _, _ in nodes:
+    for node_id in parent_of:
         if not kept(node_id):
             continue
         shown.append(node_id)
@@ -150,7 +149,7 @@ def fold_runs(
             folds.append(Fold(first_id=run[0], last_id=run[-1], count=len(run), child_id=node_id))
         else:
             shown.extend(run)
-    return shown, sorted(folds, key=lambda f: f.first_id)
+    return shown, sorted(folds, key=lambda f: f.first_id), len(parent_of)
 
 
 _BATCH = 500
@@ -169,19 +168,15 @@ def graph_outline(
     `fold_runs`), read in one transaction: every message's id, parent and type (no JSON),
     then the full rows of the messages drawn only."""
     _chats.require(conn, chat_id)
-    links = conn.execute(
-        select(M.c.id, M.c.parent_id, M.c.type).where(M.c.chat_id == chat_id).order_by(M.c.seq)
-    ).all()
     branches = _branches.list_infos(conn, chat_id)
     checkpoints = _checkpoints.list_all(conn, chat_id)
     marked = {b.head_message_id for b in branches if b.head_message_id is not None}
     marked.update(point.message_id for point in checkpoints)
     marked.update(keep)
-    shown, folds = fold_runs(
-        [(row[0], row[1], row[2]) for row in links], marked, fold=fold, opened=set(opened)
+    links = conn.execute(select(M.c.id, M.c.parent_id, M.c.type).where(M.c.chat_id == chat_id))
+    shown, folds, count = fold_runs(
+        (tuple(row) for row in links), marked, fold=fold, opened=set(opened)
     )
-    count = len(links)
-    del links
     columns = select(
         M.c.id,
         M.c.parent_id,

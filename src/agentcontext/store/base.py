@@ -44,8 +44,8 @@ def outline_of(
     marked = {b.head_message_id for b in graph.branches if b.head_message_id is not None}
     marked.update(c.message_id for c in graph.checkpoints)
     marked.update(keep)
-    shown, folds = fold_runs(
-        [(node.id, node.parent_id, node.type) for node in graph.nodes],
+    shown, folds, _ = fold_runs(
+        ((node.id, node.parent_id, node.type) for node in graph.nodes),
         marked,
         fold=fold,
         opened=set(opened),
