@@ -6,7 +6,7 @@ import pytest
 
 from agentcontext import errors
 from agentcontext.store import MessageRecord, SqlContextStore
-from tests.helpers import chain, msg_data
+from tests.helpers import chain, msg_data, rec
 
 
 async def test_graph_has_nodes_branches_checkpoints_and_previews(store: SqlContextStore) -> None:
@@ -89,3 +89,11 @@ async def test_a_tool_call_is_previewed_as_a_call_with_its_result(store: SqlCont
         "done": 'tool get_weather({"city": "Paris"}) → sunny',
         "failed": 'tool get_weather({"city": "Paris"}) ✗ timeout',
     }
+
+
+async def test_a_preview_leaves_out_what_reminders_appended(store: SqlContextStore) -> None:
+    await store.create_chat("c", user_id="u")
+    text = "Where is Porto?\n\n<system-reminder>Answer in English.</system-reminder>"
+    await store.add_messages([rec("q", "c", None, text)])
+    [node] = (await store.get_graph("c")).nodes
+    assert node.preview == "Where is Porto?"

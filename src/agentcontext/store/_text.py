@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentcontext.store._tokenizer import iter_tokens
 
 PREVIEW_LENGTH = 50
+_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
+"""Text a reminder appended (see `agentcontext.reminder`): not what the author wrote."""
 SNIPPET_WORDS = 16
 MARK_OPEN = "<mark>"
 MARK_CLOSE = "</mark>"
@@ -144,7 +147,8 @@ def tool_line(part: Mapping[str, Any]) -> str:
 def preview(data: Any) -> str:
     """What a message says, on one line, cut to 50 characters plus ``…``.
 
-    Text parts give their text; a tool call reads ``tool name(args) → result`` (``✗ error``
+    Text parts give their text, without the ``<system-reminder>`` text reminders appended;
+    a tool call reads ``tool name(args) → result`` (``✗ error``
     when it failed), so a message that only calls a tool is never shown empty.
     """
     parts = _parts(data)
@@ -158,7 +162,7 @@ def preview(data: Any) -> str:
             if not isinstance(part, dict):
                 continue
             if part.get("type") == "text" and isinstance(part.get("text"), str):
-                pieces.append(part["text"])
+                pieces.append(_REMINDER.sub(" ", part["text"]))
             elif part.get("type") == "tool":
                 pieces.append(tool_line(part))
         if not pieces:  # nothing to read: say what the message holds
