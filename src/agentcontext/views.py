@@ -322,8 +322,8 @@ def visualize_graph(
 
         m1 (user): "Hello"
         m2 (assistant): "Hi there" {greeted}
-        ├── m4 (user): "Tell me a joke" <- [main-v2 *]
-        m3 (user): "What is 2+2?" <- [main]
+        ├── m3 (user): "What is 2+2?" <- [main]
+        m4 (user): "Tell me a joke" <- [main-v2 *]
 
         Legend: * = active branch, {...} = checkpoint, … = folded messages
 
