@@ -337,8 +337,8 @@ def visualize_graph(
 
     Args:
         graph: The graph, as returned by ``store.get_graph(chat_id)``, or its outline
-            (``store.get_graph_outline(chat_id)``: the runs folded by the store, read without
-            loading the whole chat).
+            (a `GraphOutline`, what ``agentcontext show`` reads: the runs folded by the
+            store, read without loading the whole chat).
         fold: Fold runs of at least this many plain messages (``None`` or ``0``: never).
         depth: How deep side branches nest before they are summarised (``None``: no limit).
         last: Draw only the newest N messages (``None``: all).
@@ -519,7 +519,7 @@ def graph_to_mermaid(
 
     Args:
         graph: The graph, as returned by ``store.get_graph(chat_id)``, or its outline
-            (``store.get_graph_outline(chat_id)``).
+            (a `GraphOutline`).
         fold: Fold runs of at least this many plain messages (``None`` or ``0``: never).
         last: Draw only the newest N messages (``None``: as many as fit).
         max_chars: The chart stays shorter than this (at least 2 000).

@@ -209,7 +209,7 @@ class GraphNode(_Record):
 
 
 class ChainPage(_Record):
-    """A page of a chain (`ContextStore.get_chain_page`): at most ``limit`` messages ending
+    """A page of a chain (`ContextStore._chain_page`): at most ``limit`` messages ending
     at the message asked for, root first."""
 
     messages: list[MessageRecord]
@@ -241,7 +241,7 @@ class Fold(_Record):
 
 
 class GraphOutline(_Record):
-    """A chat's graph with its long linear runs folded (`ContextStore.get_graph_outline`).
+    """A chat's graph with its long linear runs folded (`ContextStore._graph_outline`).
 
     ``nodes`` holds every message that is drawn, and each fold's first and last message;
     ``message_count`` counts every message of the chat.

@@ -893,7 +893,7 @@ class SqlContextStore(ContextStore):
         graph: Graph = await self._run("snapshot", _graph.graph, chat_id=chat_id)
         return graph
 
-    async def get_graph_outline(
+    async def _graph_outline(
         self,
         chat_id: str,
         *,
@@ -901,7 +901,7 @@ class SqlContextStore(ContextStore):
         keep: Sequence[str] = (),
         opened: Sequence[str] = (),
     ) -> GraphOutline:
-        """See `ContextStore.get_graph_outline`; summarised in SQL: the rows read and decoded
+        """See `ContextStore._graph_outline`; summarised in SQL: the rows read and decoded
         grow with what is drawn, not with the chat."""
         v.check_id(chat_id, "chat_id")
         v.check_int(fold, "fold", minimum=2)
@@ -918,8 +918,8 @@ class SqlContextStore(ContextStore):
         )
         return outline
 
-    async def get_chain_page(self, chat_id: str, end_id: str, *, limit: int) -> ChainPage:
-        """See `ContextStore.get_chain_page`; one query that reads only the page."""
+    async def _chain_page(self, chat_id: str, end_id: str, *, limit: int) -> ChainPage:
+        """See `ContextStore._chain_page`; one query that reads only the page."""
         v.check_id(chat_id, "chat_id")
         v.check_id(end_id, "end_id")
         v.check_int(limit, "limit", minimum=1)
