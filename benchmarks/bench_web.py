@@ -1,30 +1,39 @@
-"""Web viewer benchmark: the chat page of a big chat against a fresh engine's resolve.
+"""Web viewer benchmark: what one page costs on a small chat and on a very long one.
 
     python benchmarks/bench_web.py [--pg-url postgresql+asyncpg://postgres@127.0.0.1/postgres]
-                                   [--skip-postgres] [--runs 9] [--messages 10000]
+                                   [--skip-postgres] [--runs 7] [--sizes 1000,100000]
                                    [--branches 50]
 
 For each backend (an SQLite file, and a scratch PostgreSQL database created and dropped here)
-it writes one chat of ``--messages`` messages (about 400 characters each) with ``--branches``
-branches: the active one is the longest chain, the others fork from it at spread-out points
-and carry their own messages. Then it times, as medians of ``--runs`` runs after a warm-up:
+and each size it writes one chat of that many messages (about 400 characters each) with
+``--branches`` branches: the active one is the longest chain, the others fork from it at
+spread-out points and carry their own messages, and five checkpoints sit on the main chain.
+Then, through the viewer's ASGI app in this process (routing, the host check, the security
+headers, the store reads, the layout, the HTML; no socket), it measures per request:
 
-- **chat page**: ``GET /chat?id=...`` answered by the viewer's ASGI app in this process (the
-  request goes through routing, the security middleware, the store reads, the server-side
-  tree layout and the SVG and HTML rendering; no socket);
-- **fresh resolve**: ``ContextEngine(store=..., chat_id=..., user_id=...).resolve()`` on a new
-  engine, which loads and decodes the active branch.
+- **chat page** ``GET /chat?id=...`` (the graph, folded: the store summarises it in SQL);
+- **graph** ``GET /graph?id=...`` (the SVG alone, what the page's script reloads);
+- **branch, newest page** ``GET /branch?chat=...&name=main`` (200 messages, keyset paging);
+- **branch, an old page** ``GET /branch?...&end=<a message in the first tenth>``;
 
-Target: chat page / fresh resolve <= 3.
+as the median time of ``--runs`` runs after a warm-up, and the peak of memory allocated
+during one request (``tracemalloc``, in a separate pass so it does not slow the timings).
+
+Target: a page of the 100 000-message chat costs about what it costs on the 1 000-message
+one (the last column is the ratio, large chat over small).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import sys
 import tempfile
+import tracemalloc
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +45,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _workload import conversation, median_time, message_data, ms, ratio
 
-from agentcontext import ContextEngine
 from agentcontext.store import MessageRecord, SqlContextStore
 from agentcontext.web import create_app
 
 DEFAULT_PG = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
 CHAT = "bench-web"
 USER = "bench"
-TARGET = 3.0
 
 
 async def build_chat(store: SqlContextStore, messages: int, branches: int) -> int:
@@ -97,7 +104,8 @@ async def build_chat(store: SqlContextStore, messages: int, branches: int) -> in
     for number, head in enumerate(heads):
         await store.create_branch(CHAT, f"side-{number + 1}", head_message_id=head)
     for number in range(5):
-        await store.create_checkpoint(CHAT, f"point-{number}", main_ids[(number + 1) * 1500])
+        at = (number + 1) * len(main_ids) // 6
+        await store.create_checkpoint(CHAT, f"point-{number}", main_ids[at])
     return main_len
 
 
@@ -140,57 +148,107 @@ async def asgi_get(app: Any, path: str, query: str) -> tuple[int, int]:
     return status, size
 
 
-async def bench_backend(name: str, url: str, args: argparse.Namespace) -> tuple[float, float]:
+async def peak_memory(fn: Callable[[], Awaitable[Any]]) -> int:
+    """Peak bytes allocated while ``fn`` runs (after a warm-up call)."""
+    await fn()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        await fn()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak
+
+
+async def measure(url: str, size: int, args: argparse.Namespace) -> dict[str, tuple[float, int]]:
+    """Time and peak memory of each page on a chat of ``size`` messages."""
     async with SqlContextStore(url) as store:
-        main_len = await build_chat(store, args.messages, args.branches)
-        graph = await store.get_graph(CHAT)
+        main_len = await build_chat(store, size, args.branches)
+        main = await store.get_branch(CHAT, "main")
+        assert main is not None
+        assert main.head_message_id is not None
+        # A message in the first tenth of the main chain, reached page by page as a reader
+        # clicking "older" would.
+        end, remaining = main.head_message_id, main_len - main_len // 10
+        while remaining > 0:
+            chunk = await store._chain_page(CHAT, end, limit=min(remaining, 5_000))
+            end = chunk.messages[0].id
+            remaining -= len(chunk.messages)
+        old_end = end
         app = create_app(store)
-        status, size = await asgi_get(app, "/chat", f"id={CHAT}")
-        assert status == 200, status
+        pages = {
+            "chat page": ("/chat", f"id={CHAT}"),
+            "graph": ("/graph", f"id={CHAT}"),
+            "branch, newest page": ("/branch", f"chat={CHAT}&name=main"),
+            "branch, an old page": ("/branch", f"chat={CHAT}&name=main&end={old_end}"),
+        }
+        out: dict[str, tuple[float, int]] = {}
+        for label, (path, query) in pages.items():
 
-        async def page() -> None:
-            got, _ = await asgi_get(app, "/chat", f"id={CHAT}")
-            assert got == 200
+            async def get(path: str = path, query: str = query) -> None:
+                status, _ = await asgi_get(app, path, query)
+                assert status == 200, (path, status)
 
-        async def resolve() -> None:
-            result = await ContextEngine(store=store, chat_id=CHAT, user_id=USER).resolve()
-            assert len(result.messages) == main_len
+            out[label] = (await median_time(get, args.runs), await peak_memory(get))
+    return out
 
-        page_time = await median_time(page, args.runs)
-        resolve_time = await median_time(resolve, args.runs)
+
+async def bench_backend(name: str, url_of: Callable[[int], Any], args: argparse.Namespace) -> None:
+    sizes = [int(size) for size in args.sizes.split(",")]
+    results: dict[int, dict[str, tuple[float, int]]] = {}
+    for size in sizes:
+        async with url_of(size) as url:
+            results[size] = await measure(url, size, args)
+    small, large = sizes[0], sizes[-1]
+    print(f"{name}: {small:,} vs {large:,} messages ({args.branches} branches)")
     print(
-        f"{name}: {len(graph.nodes)} messages, {len(graph.branches)} branches, active chain "
-        f"{main_len}; page {size / 1024:,.0f} KiB"
+        f"  {'page':<22}{'time ' + f'{small:,}':>12}{'time ' + f'{large:,}':>14}"
+        f"{'memory ' + f'{small:,}':>16}{'memory ' + f'{large:,}':>18}{'ratio (time)':>14}"
     )
-    print(f"  chat page      {ms(page_time)}")
-    print(f"  fresh resolve  {ms(resolve_time)}")
-    verdict = "ok" if page_time <= TARGET * resolve_time else "OVER TARGET"
-    print(f"  ratio          {ratio(page_time, resolve_time)} (target <= {TARGET:g}x: {verdict})")
-    return page_time, resolve_time
+    for label in results[small]:
+        t0, m0 = results[small][label]
+        t1, m1 = results[large][label]
+        print(
+            f"  {label:<22}{ms(t0):>12}{ms(t1):>14}{m0 / 2**20:>14.1f} MB{m1 / 2**20:>16.1f} MB"
+            f"{ratio(t1, t0):>14}"
+        )
+
+
+@asynccontextmanager
+async def sqlite_url(size: int) -> AsyncIterator[str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        yield f"sqlite+aiosqlite:///{Path(tmp) / f'web-{size}.db'}"
+
+
+def postgres_url(admin_url: str) -> Callable[[int], Any]:
+    @asynccontextmanager
+    async def scratch(size: int) -> AsyncIterator[str]:
+        admin = make_url(admin_url)
+        dsn = admin.set(drivername="postgresql").render_as_string(hide_password=False)
+        db = f"acbench_{uuid.uuid4().hex[:8]}"
+        conn = await asyncpg.connect(dsn)
+        await conn.execute(f'CREATE DATABASE "{db}"')
+        try:
+            yield admin.set(database=db).render_as_string(hide_password=False)
+        finally:
+            await conn.execute(f'DROP DATABASE "{db}" WITH (FORCE)')
+            await conn.close()
+
+    return scratch
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--pg-url", default=DEFAULT_PG, help="admin URL to create a scratch DB")
     parser.add_argument("--skip-postgres", action="store_true")
-    parser.add_argument("--messages", type=int, default=10_000)
+    parser.add_argument("--sizes", default="1000,100000", help="chat sizes, small first")
     parser.add_argument("--branches", type=int, default=50)
-    parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        await bench_backend("sqlite", f"sqlite+aiosqlite:///{Path(tmp) / 'web.db'}", args)
+    await bench_backend("sqlite", sqlite_url, args)
     if not args.skip_postgres:
-        admin = make_url(args.pg_url)
-        dsn = admin.set(drivername="postgresql").render_as_string(hide_password=False)
-        db = f"acbench_{uuid.uuid4().hex[:8]}"
-        conn = await asyncpg.connect(dsn)
-        await conn.execute(f'CREATE DATABASE "{db}"')
-        try:
-            url = admin.set(database=db).render_as_string(hide_password=False)
-            await bench_backend("postgresql", url, args)
-        finally:
-            await conn.execute(f'DROP DATABASE "{db}" WITH (FORCE)')
-            await conn.close()
+        await bench_backend("postgresql", postgres_url(args.pg_url), args)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,13 @@ from agentcontext.store._schema import VERSION_TABLE, Base
 config = context.config
 target_metadata = Base.metadata
 
+# From the ``alembic`` command line, log as alembic.ini says (each migration it runs is
+# printed); inside a store's initialize() the application's own logging is left alone.
+if config.config_file_name is not None and "connection" not in config.attributes:
+    from logging.config import fileConfig
+
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
 
 def _url() -> str:
     url = (

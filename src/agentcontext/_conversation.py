@@ -387,6 +387,12 @@ class Conversation:
         self._initial_metadata = self._metadata  # merged again if the merge was undone
         return True
 
+    @property
+    def rolled_back(self) -> bool:
+        """Whether what the engine holds came from a caller's transaction that rolled back
+        since (it is forgotten on the engine's next call)."""
+        return self.joined is not None and self.joined.rolled_back
+
     def note_transaction(self) -> None:
         """After a call: remember the caller's transaction it ran in, if any."""
         joined = self.store.current_transaction()

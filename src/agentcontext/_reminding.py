@@ -36,15 +36,16 @@ from agentcontext.fragments import (
 )
 from agentcontext.messages import Message, ToolPart
 from agentcontext.reminders._core import (
-    METADATA_KEY,
     ONCE_KEY,
     Reminder,
     ReminderContext,
     ReminderTarget,
     append_to_message,
     append_to_tool_output,
+    inserted_texts,
     is_reminder,
     reminder_of,
+    tag,
 )
 from agentcontext.store.records import Chat, ChatUpdate, utcnow
 
@@ -103,15 +104,15 @@ def _carriers(
     return [(i, t) for i, t in found if not pending[i].metadata.get(EVALUATED)]
 
 
-def _already_amended(message: Message, target: ReminderTarget) -> bool:
-    """Whether ``message`` already carries reminders for ``target`` (a copy of an amended one)."""
-    records = (message.metadata or {}).get(METADATA_KEY)
-    if not isinstance(records, list):
-        return False
-    if target == "user":
-        return any(isinstance(r, Mapping) and "field" not in r for r in records)
-    index = _latest_result(message)
-    return any(isinstance(r, Mapping) and r.get("part") == index for r in records)
+def _carried(message: Message, target: ReminderTarget, text: str) -> bool:
+    """Whether ``message`` already carries this reminder text for ``target`` (it is a copy of
+    a message amended before, e.g. resent after a save): it is not appended a second time.
+
+    Reminders already listed in the message's metadata never stop other reminders whose
+    predicate holds now from being appended.
+    """
+    inserted = tag(text)
+    return any(inserted in found for found in inserted_texts(message, target))
 
 
 def _latches(chat: Chat | None) -> dict[str, Any]:
@@ -198,8 +199,6 @@ async def remind(engine: ContextEngine, targets: Sequence[ReminderTarget]) -> No
     fired_once: dict[int, list[tuple[Reminder, str]]] = {}
     for index, target in carriers:
         message = pending_messages[index]
-        if _already_amended(message, target):
-            continue
         history = stored + pending_messages[: index + 1]
         outcome = next(
             (
@@ -234,7 +233,7 @@ async def remind(engine: ContextEngine, targets: Sequence[ReminderTarget]) -> No
             if not await config.holds(context):
                 continue
             text = await config.render(context)
-            if text.strip():
+            if text.strip() and not _carried(message, target, text):
                 fired.append((config, text))
         fired_once[index] = fired
     claims: dict[str, str] = {}

@@ -22,7 +22,7 @@ import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentcontext._conversation import Conversation, decode_record
 from agentcontext.errors import (
@@ -42,11 +42,38 @@ MAX_SAVE_ATTEMPTS = 64
 
 
 class SaveResult(BaseModel):
-    """What `ContextEngine.save` returns: the branch head after the save."""
+    """What `ContextEngine.save` returns: the branch head after the save.
 
-    model_config = ConfigDict(frozen=True)
+    ``head_message_id`` is typed ``str``, so it goes straight to ``rewind()`` under
+    ``mypy --strict``: after a save that stored something, and after ``save()`` with nothing
+    pending on a branch that has messages, it is the head's id. Only ``save()`` with nothing
+    pending on a branch that holds no message yet has no head: then `head` is None and reading
+    ``head_message_id`` raises `EmptyConversationError`.
 
-    head_message_id: str | None
+    Construct it with ``SaveResult(head_message_id=...)``.
+    """
+
+    model_config = ConfigDict(frozen=True, serialize_by_alias=True)
+
+    head: str | None = Field(alias="head_message_id")
+    """The head's id, or None when nothing was saved on a branch without messages."""
+
+    @property
+    def head_message_id(self) -> str:
+        """The id of the message at the head of the branch after the save.
+
+        Raises:
+            EmptyConversationError: Nothing was pending and the branch holds no message (see
+                `head`, which is None then).
+        """
+        if self.head is None:
+            from agentcontext.errors import EmptyConversationError
+
+            raise EmptyConversationError(
+                "the save had nothing to store and the branch holds no message, so there is "
+                "no head; set() a message before save(), or read SaveResult.head (None here)"
+            )
+        return self.head
 
 
 _WRITE_LOCKS: weakref.WeakKeyDictionary[object, weakref.WeakValueDictionary[str, asyncio.Lock]]

@@ -221,14 +221,18 @@ class ContextEngine:
     @property
     def branch(self) -> str | None:
         """The name of the engine's branch (the chat's active branch when it was loaded, or the
-        one it moved to); None before the first async call."""
-        return None if self._conv.branch is None else self._conv.branch.name
+        one it moved to); None before the first async call, and after a rollback of the
+        caller's transaction it worked in (``store.using()``) until its next call."""
+        if self._conv.branch is None or self._conv.rolled_back:
+            return None
+        return self._conv.branch.name
 
     @property
     def head_message_id(self) -> str | None:
-        """The head of the engine's branch as last seen; None for an empty branch."""
+        """The head of the engine's branch as last seen; None for an empty branch (and, like
+        `branch`, after a rollback until the next call)."""
         conv = self._conv
-        if conv.branch is None:
+        if conv.branch is None or conv.rolled_back:
             return None
         if conv.chain.version is not None:
             return conv.chain.head
@@ -236,8 +240,9 @@ class ContextEngine:
 
     @property
     def chat(self) -> Chat | None:
-        """The chat record as last read or written; None before the first async call."""
-        return self._conv.chat
+        """The chat record as last read or written; None before the first async call (and after
+        a rollback, until the next call)."""
+        return None if self._conv.rolled_back else self._conv.chat
 
     @property
     def fragments(self) -> list[ContextFragment]:
@@ -543,6 +548,11 @@ class ContextEngine:
         exactly as pending are recognised, and only what is new is written. Two pending
         messages with one id are saved once: the later one's content at the earlier one's
         place.
+
+        Returns the branch head after the save: ``head_message_id`` is a ``str``. With nothing
+        pending it changes nothing and returns the current head; on a branch that holds no
+        message yet, ``SaveResult.head`` is None and reading ``head_message_id`` raises
+        `EmptyConversationError`.
         """
         v.check_bool(branch, "branch")
         async with self._session():
@@ -602,7 +612,6 @@ class ContextEngine:
         if conv.branch is None or branch is None or conv.branch.id != branch.id:
             # The user message's id existed with other content: save() forked a new branch
             # and stored the turn there under fresh ids; the placeholder is its head.
-            assert result.head_message_id is not None
             placeholder = result.head_message_id
         self._turn = placeholder
         return placeholder

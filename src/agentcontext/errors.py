@@ -25,6 +25,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidTypeError",
     "MessageNotFoundError",
+    "MissingExtraError",
     "ContextWindowError",
     "CorruptDataError",
     "ModelNotFoundError",
@@ -163,6 +164,13 @@ class SnapshotError(ContextError):
 
 
 # --- the database ----------------------------------------------------------------------------
+
+
+class MissingExtraError(ContextError, ModuleNotFoundError):
+    """An optional dependency is not installed; the message gives the ``pip install`` line.
+
+    A ``ModuleNotFoundError`` too, so code that already catches that keeps working.
+    """
 
 
 class StoreError(ContextError):

@@ -7,9 +7,13 @@ Agents SDK (``input_tokens``, ``output_tokens``, ``input_tokens_details.cached_t
 ``output_tokens_details.reasoning_tokens``, ``requests``), Anthropic (``input_tokens``
 without the cache, ``cache_creation_input_tokens``, ``cache_read_input_tokens``,
 ``output_tokens``) and pydantic-ai (``input_tokens``, ``cache_read_tokens``,
-``output_reasoning_tokens`` or ``details["reasoning_tokens"]``, ``requests``), and
-LangChain's ``usage_metadata`` (``input_token_details.cache_read``,
-``output_token_details.reasoning``).
+``output_reasoning_tokens`` or ``details["reasoning_tokens"]``, ``requests``; older
+releases' ``request_tokens`` and ``response_tokens``), LangChain's ``usage_metadata``
+(``input_token_details.cache_read``, ``output_token_details.reasoning``), and the Vercel AI
+SDK's ``LanguageModelUsage``, which the original package stores in a chat's metadata
+(``inputTokens``, ``outputTokens``, ``totalTokens``, ``reasoningTokens``,
+``cachedInputTokens``, or ``inputTokenDetails.cacheReadTokens`` /
+``outputTokenDetails.reasoningTokens`` in newer releases).
 
 The result always has the same six counts:
 
@@ -40,6 +44,10 @@ USAGE_KEYS = (
     "requests",
 )
 """The keys of a normalised usage dict, in order."""
+
+_CAMEL_KEYS = frozenset(
+    ("inputTokens", "outputTokens", "totalTokens", "inputTokenDetails", "outputTokenDetails")
+)
 
 
 def _as_mapping(value: Any) -> Mapping[str, Any] | None:
@@ -99,7 +107,24 @@ def normalize_usage(usage: Any) -> dict[str, int | float]:
             "usage must be a dict of token counts or an SDK usage object (anything with "
             f"model_dump() or attributes), got {type(usage).__name__}"
         )
-    if "prompt_tokens" in source or "completion_tokens" in source:  # Chat Completions
+    if _CAMEL_KEYS.intersection(source):  # the AI SDK's LanguageModelUsage (the original)
+        input_tokens = _count(source, "inputTokens")
+        output_tokens = _count(source, "outputTokens")
+        cached = _count(_nested(source, "inputTokenDetails"), "cacheReadTokens") or _count(
+            source, "cachedInputTokens"
+        )
+        reasoning = _count(_nested(source, "outputTokenDetails"), "reasoningTokens") or _count(
+            source, "reasoningTokens"
+        )
+        total = _count(source, "totalTokens") or input_tokens + output_tokens
+        requests = _count(source, "requests") if "requests" in source else 1
+        return _usage(input_tokens, output_tokens, cached, reasoning, total, requests)
+    if "request_tokens" in source or "response_tokens" in source:  # pydantic-ai before 1.0
+        input_tokens = _count(source, "request_tokens")
+        output_tokens = _count(source, "response_tokens")
+        cached = _count(_nested(source, "details"), "cached_tokens")
+        reasoning = _count(_nested(source, "details"), "reasoning_tokens")
+    elif "prompt_tokens" in source or "completion_tokens" in source:  # Chat Completions
         input_tokens = _count(source, "prompt_tokens")
         output_tokens = _count(source, "completion_tokens")
         cached = _count(_nested(source, "prompt_tokens_details"), "cached_tokens")
@@ -129,26 +154,29 @@ def normalize_usage(usage: Any) -> dict[str, int | float]:
     reasoning = reasoning or _count(source, "reasoning_tokens")
     total = _count(source, "total_tokens") or input_tokens + output_tokens
     requests = _count(source, "requests") if "requests" in source else 1
-    return {
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "cached_input_tokens": cached,
-        "reasoning_tokens": reasoning,
-        "total_tokens": total,
-        "requests": requests,
-    }
+    return _usage(input_tokens, output_tokens, cached, reasoning, total, requests)
+
+
+def _usage(*counts: int | float) -> dict[str, int | float]:
+    return dict(zip(USAGE_KEYS, counts, strict=True))
 
 
 def add_usage(total: Mapping[str, Any], usage: Mapping[str, Any]) -> dict[str, int | float]:
     """Add a normalised usage to a running total (missing or non-numeric counts are 0).
 
     Args:
-        total: The running total (a normalised usage dict, or ``{}``).
+        total: The running total (a normalised usage dict, ``{}``, or a total in the AI SDK's
+            shape, as the original package stores it in a chat it wrote: it is converted).
         usage: What `normalize_usage` returned for one call.
 
     Returns:
         The new total, with the six keys of `normalize_usage`.
     """
+    if _CAMEL_KEYS.intersection(total) and not any(key in total for key in USAGE_KEYS):
+        try:
+            total = normalize_usage(total)
+        except InvalidInputError:
+            total = {}
     out: dict[str, int | float] = {}
     for key in USAGE_KEYS:
         current = total.get(key)

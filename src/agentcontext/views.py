@@ -3,10 +3,26 @@
 Two pure functions turn a `Graph` (as returned by
 ``store.get_graph(chat_id)``) into text:
 
-- `visualize_graph` draws the ASCII tree of the original package: one line per message,
-  branch heads after ``<-`` with the active branch marked ``*``, checkpoints in braces.
+- `visualize_graph` draws an ASCII tree: one line per message, branch heads after ``<-``
+  with the active branch marked ``*``, checkpoints in braces.
 - `graph_to_mermaid` writes a Mermaid ``flowchart`` in which every label is escaped, so
   no message text, branch name or checkpoint name can change the structure of the chart.
+
+Their output is **linear in the chat and bounded by default**, however long it is:
+
+- a linear run of messages stays at one indent: only a side branch (a rewind, a second
+  answer) is indented, under the message it starts from, and the line that continues (the
+  active path, else the oldest child) goes on at the same indent;
+- long runs fold, as in the web viewer: ``fold`` or more plain messages in a row (one child,
+  no branch head, no checkpoint, not a compaction) are one line ``… 511 messages``;
+- side branches nested more than ``depth`` deep are summarised in one line;
+- ``last=N`` draws only the newest N messages;
+- Mermaid output stays under Mermaid's default text limit (`MERMAID_MAX_TEXT`): when the
+  folded chart would not fit, only the newest messages are drawn and a note says how many
+  older ones were left out.
+
+A tool call reads ``tool get_weather({"city": "Paris"}) → sunny`` and a failed one is marked
+``✗`` (the node previews, `GraphNode.preview`).
 
 Both are deterministic: the same graph always gives the same text. Both walk the graph
 iteratively, so chains of any length render without hitting Python's recursion limit, and a
@@ -19,85 +35,35 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from agentcontext.store.records import Graph, GraphNode
+from agentcontext.errors import InvalidInputError
+from agentcontext.store.records import Graph, GraphNode, GraphOutline
 
-__all__ = ["graph_to_mermaid", "visualize_graph"]
+__all__ = [
+    "DEFAULT_DEPTH",
+    "DEFAULT_FOLD",
+    "MERMAID_MAX_TEXT",
+    "graph_to_mermaid",
+    "visualize_graph",
+]
 
-_LEGEND = "Legend: * = active branch, {...} = checkpoint"
+DEFAULT_FOLD = 6
+"""Runs of at least this many plain messages fold into one line (as in the web viewer)."""
+
+DEFAULT_DEPTH = 8
+"""Side branches nested deeper than this are summarised in one line."""
+
+MERMAID_MAX_TEXT = 50_000
+"""Mermaid's default ``maxTextSize``: a longer chart is refused. `graph_to_mermaid` stays
+under it."""
+
+_LEGEND = "Legend: * = active branch, {...} = checkpoint, … = folded messages"
 _ID_PREFIX_LENGTH = 8
-
-
-@dataclass(frozen=True, slots=True)
-class _Placed:
-    """A node in drawing order, with the ASCII prefix of its line."""
-
-    node: GraphNode
-    prefix: str
-    connector: str
-    child_prefix: str
+_NAME_LENGTH = 40
+_MAX_LABELS = 5
 
 
 def _sort_key(node: GraphNode) -> tuple[float, str]:
     return (node.created_at.timestamp(), node.id)
-
-
-def _children_map(graph: Graph) -> tuple[list[GraphNode], dict[str, list[GraphNode]]]:
-    """Roots (no parent, or a parent missing from the graph) and children per node, sorted."""
-    ids = {node.id for node in graph.nodes}
-    roots: list[GraphNode] = []
-    children: dict[str, list[GraphNode]] = {}
-    for node in graph.nodes:
-        if node.parent_id is None or node.parent_id not in ids or node.parent_id == node.id:
-            roots.append(node)
-        else:
-            children.setdefault(node.parent_id, []).append(node)
-    roots.sort(key=_sort_key)
-    for siblings in children.values():
-        siblings.sort(key=_sort_key)
-    return roots, children
-
-
-def _walk(graph: Graph) -> Iterator[_Placed]:
-    """Depth-first, pre-order walk of the forest, visiting every node exactly once.
-
-    Children are ordered by creation time, then id. Nodes that cannot be reached from a root
-    (they sit on a cycle) are drawn afterwards as extra roots, so nothing is silently dropped.
-    """
-    roots, children = _children_map(graph)
-    seen: set[str] = set()
-    pending = sorted(graph.nodes, key=_sort_key)
-
-    def tree(root: GraphNode) -> Iterator[_Placed]:
-        # Each stack entry: (node, prefix, connector, prefix for its children).
-        stack: list[_Placed] = [_Placed(root, "", "", "")]
-        while stack:
-            placed = stack.pop()
-            if placed.node.id in seen:
-                continue
-            seen.add(placed.node.id)
-            yield placed
-            kids = [kid for kid in children.get(placed.node.id, []) if kid.id not in seen]
-            for index in range(len(kids) - 1, -1, -1):
-                last = index == len(kids) - 1
-                stack.append(
-                    _Placed(
-                        node=kids[index],
-                        prefix=placed.child_prefix,
-                        connector="└── " if last else "├── ",
-                        child_prefix=placed.child_prefix + ("    " if last else "│   "),
-                    )
-                )
-
-    for root in roots:
-        yield from tree(root)
-    for node in pending:
-        if node.id not in seen:
-            yield from tree(node)
-
-
-def _kind(node: GraphNode) -> str:
-    """The role, or ``compaction`` for a compaction summary (see `ContextEngine.compact`)."""
-    return "compaction" if node.type == "compaction" else node.role
 
 
 def _one_line(text: str) -> str:
@@ -105,58 +71,324 @@ def _one_line(text: str) -> str:
     return "".join(" " if unicodedata.category(ch) in ("Cc", "Zl", "Zp") else ch for ch in text)
 
 
-def visualize_graph(graph: Graph) -> str:
-    """Draw a chat's message graph as an ASCII tree.
+def _short(text: str, length: int = _NAME_LENGTH) -> str:
+    text = _one_line(text)
+    return text if len(text) <= length else text[: length - 1] + "…"
 
-    The layout follows the original package: a ``[chat: ID]`` header, one line per message
-    (``ID8 (role): "preview"``, ids cut to 8 characters), children below their parent joined with
-    ``├──`` / ``└──``, the branches whose head is that message after ``<-`` in brackets (the
-    active branch followed by ``*``), the checkpoints on that message in braces, and a legend.
+
+def _messages(count: int) -> str:
+    return f"{count} message" if count == 1 else f"{count} messages"
+
+
+def _check(name: str, value: int | None, low: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{name} must be a whole number or None, got {value!r}")
+    if value < low:
+        raise InvalidInputError(f"{name} must be {low} or more (or None), got {value}")
+
+
+# --- the walk both views share ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    """One drawn line: a message, a folded run, or a summary of a subtree too deep."""
+
+    kind: str
+    """``"node"``, ``"fold"`` (a run of plain messages) or ``"more"`` (a deep subtree)."""
+    node: GraphNode
+    """The message; for a fold or a summary, the first message it stands for."""
+    parent: int | None
+    """The index of the item this one hangs from (None for a root)."""
+    line_prefix: str
+    own_prefix: str
+    count: int = 1
+    """For a fold or a summary: how many messages it stands for."""
+    last: GraphNode | None = None
+    """For a fold: the last message of the run."""
+    heads: int = 0
+    """For a summary: how many branch heads it hides."""
+
+
+class _Shape:
+    """The forest of a graph (or of its newest ``last`` messages) and what the walk needs."""
+
+    def __init__(self, graph: Graph | GraphOutline, last: int | None) -> None:
+        nodes = graph.nodes
+        # A run the store folded already (an outline) is drawn by its first message: the
+        # last one is left out and the message after the run hangs from the first.
+        self.folded: dict[str, tuple[int, GraphNode]] = {}
+        if isinstance(graph, GraphOutline):
+            by_id = {node.id: node for node in nodes}
+            rewired: dict[str, str] = {}
+            skipped: set[str] = set()
+            for fold in graph.folds:
+                if fold.first_id in by_id and fold.last_id in by_id:
+                    self.folded[fold.first_id] = (fold.count, by_id[fold.last_id])
+                    if fold.last_id != fold.first_id:
+                        skipped.add(fold.last_id)
+                    rewired[fold.child_id] = fold.first_id
+            nodes = [
+                node.model_copy(update={"parent_id": rewired[node.id]})
+                if node.id in rewired
+                else node
+                for node in nodes
+                if node.id not in skipped
+            ]
+        self.left_out = 0
+        if last is not None and last < len(nodes):
+            ordered = sorted(nodes, key=_sort_key)
+            nodes = ordered[len(nodes) - last :]
+            self.left_out = sum(self._weight(node) for node in ordered[: len(ordered) - last])
+        self.nodes = nodes
+        ids = {node.id for node in nodes}
+        self.children: dict[str, list[GraphNode]] = {}
+        self.roots: list[GraphNode] = []
+        for node in nodes:
+            if node.parent_id is None or node.parent_id not in ids or node.parent_id == node.id:
+                self.roots.append(node)
+            else:
+                self.children.setdefault(node.parent_id, []).append(node)
+        self.heads: dict[str, list[tuple[str, bool]]] = {}
+        for branch in graph.branches:
+            if branch.head_message_id is not None and branch.head_message_id in ids:
+                self.heads.setdefault(branch.head_message_id, []).append(
+                    (branch.name, branch.is_active)
+                )
+        self.points: dict[str, list[str]] = {}
+        for point in graph.checkpoints:
+            if point.message_id in ids:
+                self.points.setdefault(point.message_id, []).append(point.name)
+        by_id = {node.id: node for node in nodes}
+        self.active: set[str] = set()
+        active = next((b for b in graph.branches if b.is_active), None)
+        cursor = active.head_message_id if active is not None else None
+        while cursor is not None and cursor in by_id and cursor not in self.active:
+            self.active.add(cursor)
+            cursor = by_id[cursor].parent_id
+        for siblings in self.children.values():
+            siblings.sort(key=self._order)
+        self.roots.sort(key=_sort_key)
+
+    def _order(self, node: GraphNode) -> tuple[bool, bool, float, str]:
+        """The child that continues the line first: on the active path, not a compaction,
+        then the oldest."""
+        return (node.id not in self.active, node.type == "compaction", *_sort_key(node))
+
+    def _weight(self, node: GraphNode) -> int:
+        """How many messages a drawn node stands for."""
+        folded = self.folded.get(node.id)
+        return 1 if folded is None else folded[0]
+
+    def plain(self, node: GraphNode) -> bool:
+        kids = self.children.get(node.id, ())
+        return (
+            node.id not in self.folded
+            and node.type != "compaction"
+            and len(kids) == 1
+            and kids[0].type != "compaction"
+            and node.id not in self.heads
+            and node.id not in self.points
+        )
+
+    def sizes(self) -> dict[str, tuple[int, int]]:
+        """Messages and branch heads in the subtree of every node reachable from a root."""
+        order: list[GraphNode] = []
+        seen: set[str] = set()
+        for root in self.roots:
+            stack = [root]
+            while stack:
+                node = stack.pop()
+                if node.id in seen:
+                    continue
+                seen.add(node.id)
+                order.append(node)
+                stack.extend(self.children.get(node.id, ()))
+        sizes: dict[str, tuple[int, int]] = {}
+        for node in reversed(order):
+            count, heads = self._weight(node), len(self.heads.get(node.id, ()))
+            for kid in self.children.get(node.id, ()):
+                if kid.id in sizes:
+                    kid_count, kid_heads = sizes[kid.id]
+                    count += kid_count
+                    heads += kid_heads
+            sizes[node.id] = (count, heads)
+        return sizes
+
+    def walk(self, fold: int | None, depth: int | None) -> Iterator[_Item]:
+        """Pre-order: a node, its side branches (indented), then the child that continues.
+
+        Every node is visited once; nodes no root reaches (they sit on a cycle) are drawn
+        afterwards as roots of their own.
+        """
+        sizes = self.sizes() if depth is not None else {}
+        seen: set[str] = set()
+        index = 0
+        # (node, parent item, line prefix, own prefix, side-branch level)
+        stack: list[tuple[GraphNode, int | None, str, str, int]] = []
+
+        def pending() -> Iterator[GraphNode]:
+            yield from self.roots
+            for node in sorted(self.nodes, key=_sort_key):
+                if node.id not in seen:
+                    yield node
+
+        for start in pending():
+            if start.id in seen:
+                continue
+            stack.append((start, None, "", "", 0))
+            while stack:
+                node, parent, line_prefix, own_prefix, level = stack.pop()
+                if node.id in seen:
+                    continue
+                if depth is not None and level > depth:
+                    count, heads = sizes.get(node.id, (1, 0))
+                    hidden = [node]
+                    while hidden:
+                        below = hidden.pop()
+                        if below.id not in seen:
+                            seen.add(below.id)
+                            hidden.extend(self.children.get(below.id, ()))
+                    yield _Item("more", node, parent, line_prefix, own_prefix, count, heads=heads)
+                    index += 1
+                    continue
+                if node.id in self.folded:
+                    count, last = self.folded[node.id]
+                    seen.add(node.id)
+                    yield _Item("fold", node, parent, line_prefix, own_prefix, count, last)
+                    kids = self.children.get(node.id, [])
+                    if kids:
+                        stack.append((kids[0], index, own_prefix, own_prefix, level))
+                    index += 1
+                    continue
+                run: list[GraphNode] = []
+                after = node
+                if fold and parent is not None:
+                    while after.id not in seen and self.plain(after):
+                        run.append(after)
+                        after = self.children[after.id][0]
+                if fold and len(run) >= fold:
+                    seen.update(item.id for item in run)
+                    yield _Item("fold", node, parent, line_prefix, own_prefix, len(run), run[-1])
+                    stack.append((after, index, own_prefix, own_prefix, level))
+                    index += 1
+                    continue
+                seen.add(node.id)
+                yield _Item("node", node, parent, line_prefix, own_prefix)
+                kids = [kid for kid in self.children.get(node.id, ()) if kid.id not in seen]
+                if kids and kids[0].type != "compaction":
+                    stack.append((kids[0], index, own_prefix, own_prefix, level))
+                    kids = kids[1:]
+                for kid in reversed(kids):
+                    stack.append((kid, index, own_prefix + "├── ", own_prefix + "│   ", level + 1))
+                index += 1
+
+
+def _kind(node: GraphNode) -> str:
+    """The role, or ``compaction`` for a compaction summary (see `ContextEngine.compact`)."""
+    return "compaction" if node.type == "compaction" else node.role
+
+
+def _labels(names: list[str]) -> str:
+    shown = names[:_MAX_LABELS]
+    extra = len(names) - len(shown)
+    return ", ".join(shown) + (f", +{extra} more" if extra else "")
+
+
+# --- ASCII ---------------------------------------------------------------------------------
+
+
+def visualize_graph(
+    graph: Graph | GraphOutline,
+    *,
+    fold: int | None = DEFAULT_FOLD,
+    depth: int | None = DEFAULT_DEPTH,
+    last: int | None = None,
+) -> str:
+    """Draw a chat's message graph as an ASCII tree whose size is linear in the chat.
+
+    A ``[chat: ID]`` header, then one line per message (``ID8 (role): "preview"``, ids cut
+    to 8 characters), the branches whose head is that message after ``<-`` in brackets (the
+    active branch followed by ``*``), the checkpoints on it in braces, and a legend. A linear
+    run stays at one indent; a side branch is drawn under the message it starts from, joined
+    with ``├──`` and indented by ``│``, and the line that continues (the active path, else the
+    oldest child) goes on at the same indent.
 
     Example::
 
         [chat: chat-001]
 
         m1 (user): "Hello"
-        └── m2 (assistant): "Hi there" {greeted}
-            ├── m3 (user): "What is 2+2?" <- [main]
-            └── m4 (user): "Tell me a joke" <- [main-v2 *]
+        m2 (assistant): "Hi there" {greeted}
+        ├── m3 (user): "What is 2+2?" <- [main]
+        m4 (user): "Tell me a joke" <- [main-v2 *]
 
-        Legend: * = active branch, {...} = checkpoint
+        Legend: * = active branch, {...} = checkpoint, … = folded messages
+
+    A run of ``fold`` or more plain messages in a row is one line
+    ``… 511 messages (first8 … last8)``; side branches nested deeper than ``depth`` are one
+    line ``… 40 messages, 2 branch heads below (nested deeper than 8)``; ``last=N`` draws
+    only the newest N messages (a line says how many older ones are left out).
 
     Siblings are ordered by creation time, then id; line breaks and control characters in
     previews and names are shown as spaces so each message stays on one line.
 
     Args:
-        graph: The graph, as returned by ``store.get_graph(chat_id)``.
+        graph: The graph, as returned by ``store.get_graph(chat_id)``, or its outline
+            (a `GraphOutline`, what ``agentcontext show`` reads: the runs folded by the
+            store, read without loading the whole chat).
+        fold: Fold runs of at least this many plain messages (``None`` or ``0``: never).
+        depth: How deep side branches nest before they are summarised (``None``: no limit).
+        last: Draw only the newest N messages (``None``: all).
 
     Returns:
         The tree as a string, without a trailing newline.
+
+    Raises:
+        InvalidInputError: ``fold``, ``depth`` or ``last`` is negative or not an integer.
     """
+    _check("fold", fold, 0)
+    _check("depth", depth, 0)
+    _check("last", last, 1)
     header = f"[chat: {_one_line(graph.chat_id)}]"
     if not graph.nodes:
         return f"{header}\n\n(empty)"
-
-    heads: dict[str, list[str]] = {}
-    for branch in graph.branches:
-        if branch.head_message_id is not None:
-            label = _one_line(branch.name) + (" *" if branch.is_active else "")
-            heads.setdefault(branch.head_message_id, []).append(label)
-    marks: dict[str, list[str]] = {}
-    for checkpoint in graph.checkpoints:
-        marks.setdefault(checkpoint.message_id, []).append(_one_line(checkpoint.name))
-
+    shape = _Shape(graph, last)
     lines = [header, ""]
-    for placed in _walk(graph):
-        node = placed.node
+    if shape.left_out:
+        lines.append(f"… {_messages(shape.left_out)} before these not shown (last={last})")
+    for item in shape.walk(fold or None, depth):
+        node = item.node
+        if item.kind == "fold":
+            assert item.last is not None
+            lines.append(
+                f"{item.line_prefix}… {_messages(item.count)} "
+                f"({_one_line(node.id[:_ID_PREFIX_LENGTH])} … "
+                f"{_one_line(item.last.id[:_ID_PREFIX_LENGTH])})"
+            )
+            continue
+        if item.kind == "more":
+            hidden = f", {item.heads} branch head{'s' if item.heads != 1 else ''}" * bool(
+                item.heads
+            )
+            lines.append(
+                f"{item.line_prefix}… {_messages(item.count)}{hidden} below "
+                f"(nested deeper than {depth})"
+            )
+            continue
         line = (
-            f"{placed.prefix}{placed.connector}{_one_line(node.id[:_ID_PREFIX_LENGTH])} "
+            f"{item.line_prefix}{_one_line(node.id[:_ID_PREFIX_LENGTH])} "
             f'({_one_line(_kind(node))}): "{_one_line(node.preview)}"'
         )
-        if node.id in heads:
-            line += f" <- [{', '.join(heads[node.id])}]"
-        if node.id in marks:
-            line += f" {{{', '.join(marks[node.id])}}}"
+        heads = shape.heads.get(node.id)
+        if heads:
+            labels = [_short(name) + (" *" if active else "") for name, active in heads]
+            line += f" <- [{_labels(labels)}]"
+        points = shape.points.get(node.id)
+        if points:
+            line += f" {{{_labels([_short(name) for name in points])}}}"
         lines.append(line)
     lines.append("")
     lines.append(_LEGEND)
@@ -179,6 +411,7 @@ _MERMAID_STYLES = (
     "classDef branch fill:#eef3ff,stroke:#4a6fd4",
     "classDef activeBranch fill:#e6f7e6,stroke:#2e8b2e,stroke-width:2px",
     "classDef checkpoint fill:#fff6db,stroke:#c79100",
+    "classDef folded fill:#f2f2f2,stroke:#999999,stroke-dasharray:3",
 )
 
 
@@ -189,18 +422,94 @@ def _mermaid_text(text: str) -> str:
     return escaped or " "
 
 
-def graph_to_mermaid(graph: Graph) -> str:
-    """Write a chat's message graph as a Mermaid ``flowchart``.
+def _mermaid(graph: Graph | GraphOutline, fold: int | None, last: int | None) -> str:
+    shape = _Shape(graph, last)
+    lines = ["flowchart TD"]
+    if not graph.nodes and not graph.branches and not graph.checkpoints:
+        lines.append(f'    empty["{_mermaid_text("(empty)")}"]')
+        return "\n".join(lines)
+    if shape.left_out:
+        note = f"… {_messages(shape.left_out)} before these left out (last={last})"
+        lines.append(f'    older["{_mermaid_text(note)}"]')
+    items = list(shape.walk(fold or None, None))
+    drawn: dict[str, str] = {}  # message id -> chart id of what shows it
+    edges: list[str] = []
+    folded: list[str] = []
+    for index, item in enumerate(items):
+        chart_id = f"n{index}"
+        node = item.node
+        if item.kind == "fold":
+            assert item.last is not None
+            label = _mermaid_text(f"… {_messages(item.count)}")
+            lines.append(f'    {chart_id}(["{label}"])')
+            folded.append(chart_id)
+            drawn[item.last.id] = chart_id
+        else:
+            label = _mermaid_text(f"{_kind(node)}: {node.preview}")
+            shape_open, shape_close = ("{{", "}}") if node.type == "compaction" else ("[", "]")
+            lines.append(f'    {chart_id}{shape_open}"{label}"{shape_close}')
+            drawn[node.id] = chart_id
+        if item.parent is not None:
+            edges.append(f"    n{item.parent} --> {chart_id}")
+    lines.extend(edges)
+    active: list[str] = []
+    inactive: list[str] = []
+    for index, branch in enumerate(graph.branches):
+        head = branch.head_message_id
+        if shape.left_out and head is not None and head not in drawn:
+            continue  # its head is among the messages left out
+        branch_id = f"b{index}"
+        label = _mermaid_text(_short(branch.name) + (" *" if branch.is_active else ""))
+        lines.append(f'    {branch_id}(["{label}"])')
+        if branch.head_message_id is not None and branch.head_message_id in drawn:
+            lines.append(f"    {branch_id} -.-> {drawn[branch.head_message_id]}")
+        (active if branch.is_active else inactive).append(branch_id)
+    checkpoint_ids: list[str] = []
+    for index, checkpoint in enumerate(graph.checkpoints):
+        if checkpoint.message_id not in drawn and shape.left_out:
+            continue
+        checkpoint_id = f"c{index}"
+        lines.append(f'    {checkpoint_id}{{{{"{_mermaid_text(_short(checkpoint.name))}"}}}}')
+        if checkpoint.message_id in drawn:
+            lines.append(f"    {checkpoint_id} -.-> {drawn[checkpoint.message_id]}")
+        checkpoint_ids.append(checkpoint_id)
+    if active or inactive or checkpoint_ids or folded:
+        lines.extend(f"    {style}" for style in _MERMAID_STYLES)
+    if inactive:
+        lines.append(f"    class {','.join(inactive)} branch")
+    if active:
+        lines.append(f"    class {','.join(active)} activeBranch")
+    if checkpoint_ids:
+        lines.append(f"    class {','.join(checkpoint_ids)} checkpoint")
+    if folded:
+        lines.append(f"    class {','.join(folded)} folded")
+    return "\n".join(lines)
+
+
+def graph_to_mermaid(
+    graph: Graph | GraphOutline,
+    *,
+    fold: int | None = DEFAULT_FOLD,
+    last: int | None = None,
+    max_chars: int = MERMAID_MAX_TEXT,
+) -> str:
+    """Write a chat's message graph as a Mermaid ``flowchart`` that Mermaid will render.
 
     The chart reads top-down (``flowchart TD``):
 
-    - each message is a box ``nK["role: preview"]`` and each parent has an arrow to its children;
+    - each message is a box ``nK["role: preview"]`` (a compaction summary a hexagon) and
+      each drawn parent has an arrow to its children;
+    - a run of ``fold`` or more plain messages is one stadium ``nK(["… 511 messages"])``;
     - each branch is a stadium ``bK(["name"])`` with a dotted arrow to its head message (the
       active branch is labelled ``name *`` and styled ``activeBranch``; a branch with no head
       has no arrow);
     - each checkpoint is a hexagon ``cK{{"name"}}`` with a dotted arrow to its message.
 
-    Node ids are ``n0, n1, …`` for messages (in the drawing order of `visualize_graph`),
+    The chart is shorter than ``max_chars`` (Mermaid's default limit, `MERMAID_MAX_TEXT`):
+    when the folded chart of the whole graph is longer, only the newest messages are drawn
+    (as with ``last``), with a first node ``older`` saying how many were left out.
+
+    Node ids are ``n0, n1, …`` for what is drawn (in the order of `visualize_graph`),
     ``b0, …`` for branches and ``c0, …`` for checkpoints, so no message id reaches the chart.
     Every label is double-quoted and every character outside ``[A-Za-z0-9]`` and
     `` .,!?-_'+/=@`` (every non-ASCII character too) is written as a Mermaid entity code
@@ -209,55 +518,26 @@ def graph_to_mermaid(graph: Graph) -> str:
     Line breaks in text are shown as spaces.
 
     Args:
-        graph: The graph, as returned by ``store.get_graph(chat_id)``.
+        graph: The graph, as returned by ``store.get_graph(chat_id)``, or its outline
+            (a `GraphOutline`).
+        fold: Fold runs of at least this many plain messages (``None`` or ``0``: never).
+        last: Draw only the newest N messages (``None``: as many as fit).
+        max_chars: The chart stays shorter than this (at least 2 000).
 
     Returns:
         The Mermaid source, one statement per line, without a trailing newline.
+
+    Raises:
+        InvalidInputError: ``fold``, ``last`` or ``max_chars`` is out of range.
     """
-    lines = ["flowchart TD"]
-    placed_nodes = [placed.node for placed in _walk(graph)]
-    message_ids = {node.id: f"n{index}" for index, node in enumerate(placed_nodes)}
-    for node in placed_nodes:
-        label = _mermaid_text(f"{_kind(node)}: {node.preview}")
-        shape = ("{{", "}}") if node.type == "compaction" else ("[", "]")
-        lines.append(f'    {message_ids[node.id]}{shape[0]}"{label}"{shape[1]}')
-    edges = [
-        f"    {message_ids[node.parent_id]} --> {message_ids[node.id]}"
-        for node in placed_nodes
-        if node.parent_id is not None
-        and node.parent_id in message_ids
-        and node.parent_id != node.id
-    ]
-    lines.extend(edges)
-
-    if not graph.nodes and not graph.branches and not graph.checkpoints:
-        lines.append(f'    empty["{_mermaid_text("(empty)")}"]')
-        return "\n".join(lines)
-
-    active: list[str] = []
-    inactive: list[str] = []
-    for index, branch in enumerate(graph.branches):
-        branch_id = f"b{index}"
-        label = _mermaid_text(branch.name + (" *" if branch.is_active else ""))
-        lines.append(f'    {branch_id}(["{label}"])')
-        if branch.head_message_id is not None and branch.head_message_id in message_ids:
-            lines.append(f"    {branch_id} -.-> {message_ids[branch.head_message_id]}")
-        (active if branch.is_active else inactive).append(branch_id)
-
-    checkpoint_ids: list[str] = []
-    for index, checkpoint in enumerate(graph.checkpoints):
-        checkpoint_id = f"c{index}"
-        lines.append(f'    {checkpoint_id}{{{{"{_mermaid_text(checkpoint.name)}"}}}}')
-        if checkpoint.message_id in message_ids:
-            lines.append(f"    {checkpoint_id} -.-> {message_ids[checkpoint.message_id]}")
-        checkpoint_ids.append(checkpoint_id)
-
-    if active or inactive or checkpoint_ids:
-        lines.extend(f"    {style}" for style in _MERMAID_STYLES)
-    if inactive:
-        lines.append(f"    class {','.join(inactive)} branch")
-    if active:
-        lines.append(f"    class {','.join(active)} activeBranch")
-    if checkpoint_ids:
-        lines.append(f"    class {','.join(checkpoint_ids)} checkpoint")
-    return "\n".join(lines)
+    _check("fold", fold, 0)
+    _check("last", last, 1)
+    _check("max_chars", max_chars, 2_000)
+    out = _mermaid(graph, fold, last)
+    keep = min(last or len(graph.nodes), len(graph.nodes))  # drawn nodes (an outline's few)
+    while len(out) >= max_chars and keep > 1:
+        # Shrink in proportion to the overshoot, then step down until it fits.
+        guess = int(keep * (max_chars / len(out)) * 0.9)
+        keep = max(1, min(keep - 1, guess))
+        out = _mermaid(graph, fold, keep)
+    return out

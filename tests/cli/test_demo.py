@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-import tomllib
 from pathlib import Path
 
 from agentcontext import SqlContextStore
@@ -68,13 +67,19 @@ def test_demo_prints_tree_formats_and_estimate(tmp_path: Path) -> None:
         assert tokens[name] > 100
     xml = _section(out, "System prompt as XML")
     assert "<guardrail>" in xml and "<workflow>" in xml and "<persona>" in xml
-    markdown = _section(out, "System prompt as Markdown")
-    assert "## Guardrail" in markdown
-    toml = tomllib.loads(_section(out, "System prompt as TOML"))
-    assert toml["workflow"]["task"] == "Refund request"
-    assert len(toml["hint"]) == 2
-    assert "glossary[3]{term,expression}:" in _section(out, "System prompt as TOON")
+    assert "&apos;" not in xml and "customer's" in xml  # quotes reach the model as written
+    # The other formats: their first lines only, so the prompt is not printed four times.
+    for name in FORMATS[1:]:
+        excerpt = _section(out, f"System prompt as {name}").strip().splitlines()
+        assert len(excerpt) <= 9 and excerpt[-1].startswith("… ")
+    assert _section(out, "System prompt as Markdown").startswith("## ")
     assert tokens["TOON"] < tokens["XML"]
+    assert len(out.splitlines()) < 150
+
+    # It ends by pointing at the viewer and the documentation.
+    ending = out.strip().splitlines()
+    assert ending[-3].endswith(" serve") and "agentcontext-demo.db" in ending[-3]
+    assert ending[-1].startswith("Documentation: https://")
 
     # The estimate for a known model, offline.
     size = _section(out, "Prompt size per format for gpt-4o")

@@ -65,6 +65,13 @@ async def _chat_with_tools_reminder_and_compaction(url: str) -> None:
                             state="output-available",
                             output={"sky": "clear"},
                         ),
+                        ToolPart(
+                            tool_call_id="call-8",
+                            tool_name="weather",
+                            input={"city": "Oslo"},
+                            state="output-error",
+                            error="timeout",
+                        ),
                         TextPart(text="Clear skies. " + "Long answer. " * 20 + "THE-END"),
                     ],
                 )
@@ -135,9 +142,8 @@ def test_show_branch_transcript_short_and_full(url: str, tmp_path: Path) -> None
     assert "THE-END" not in short and "…" in short
     assert "THE-END" in full
     for text in (short, full):
-        assert "tool call weather (call-7, output-available)" in text
-        assert '  input: {"city": "Porto"}' in text
-        assert '  output: {"sky": "clear"}' in text
+        assert 'tool weather({"city": "Porto"}) → {"sky": "clear"}  (call-7)' in text
+        assert 'tool weather({"city": "Oslo"}) ✗ timeout  [failed]  (call-8)' in text
     # The reminder's text is marked, the user's own text is not.
     assert f"What is the weather in Porto? [reminder]{REMINDER}[/reminder]" in full
     # The compaction summary comes after the message it folds up to.
@@ -391,8 +397,9 @@ def test_demo_prints_commands_that_open_what_it_stored(tmp_path: Path) -> None:
     demo = run_cli("demo", cwd=tmp_path)
     assert demo.returncode == 0, demo.stderr
     tail = demo.stdout.split("== Explore what the demo stored (from this directory) ==\n")[1]
-    commands = tail.splitlines()
+    commands = tail.split("\n\n")[0].splitlines()
     assert commands[0] == "agentcontext --url sqlite+aiosqlite:///agentcontext-demo.db show demo"
+    assert len(commands) == 4
     for command in commands:
         words = command.split()
         assert words[0] == "agentcontext"

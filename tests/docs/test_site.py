@@ -71,3 +71,17 @@ def test_every_docs_page_is_in_the_navigation() -> None:
     listed = set(re.findall(r":\s*([\w/-]+\.md)\s*$", nav, re.MULTILINE))
     pages = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
     assert pages == listed, f"not in nav: {pages - listed}; missing: {listed - pages}"
+
+
+def test_a_broken_anchor_fails_the_strict_build() -> None:
+    """mkdocs reports links to missing headings only when told to; strict makes it fatal."""
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    _Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda *_: None)
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=_Loader)
+    assert config["strict"] is True
+    assert config["validation"]["anchors"] in ("warn", "error")
+    assert config["validation"]["unrecognized_links"] in ("warn", "error")

@@ -151,6 +151,66 @@ async def test_track_usage_sums_every_sdk_into_one_shape(make_engine: EngineFact
     assert (await engine.update_chat()).metadata["usage"]["input_tokens"] == 1349
 
 
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [
+        (  # the AI SDK 4 LanguageModelUsage (what the original package tracks)
+            {"inputTokens": 500, "outputTokens": 200, "totalTokens": 700},
+            normalised(input_tokens=500, output_tokens=200),
+        ),
+        (
+            {
+                "inputTokens": 500,
+                "outputTokens": 200,
+                "totalTokens": 700,
+                "reasoningTokens": 50,
+                "cachedInputTokens": 100,
+            },
+            normalised(
+                input_tokens=500, output_tokens=200, reasoning_tokens=50, cached_input_tokens=100
+            ),
+        ),
+        (  # AI SDK 5 and later: token details
+            {
+                "inputTokens": 500,
+                "inputTokenDetails": {
+                    "noCacheTokens": 400,
+                    "cacheReadTokens": 100,
+                    "cacheWriteTokens": 0,
+                },
+                "outputTokens": 200,
+                "outputTokenDetails": {"textTokens": 150, "reasoningTokens": 50},
+                "totalTokens": 700,
+            },
+            normalised(
+                input_tokens=500, output_tokens=200, reasoning_tokens=50, cached_input_tokens=100
+            ),
+        ),
+        (  # pydantic-ai before 1.0
+            {"requests": 2, "request_tokens": 30, "response_tokens": 10, "total_tokens": 40},
+            normalised(input_tokens=30, output_tokens=10, requests=2),
+        ),
+    ],
+)
+async def test_track_usage_reads_the_ai_sdk_and_older_shapes(
+    make_engine: EngineFactory, usage: dict[str, Any], expected: dict[str, int]
+) -> None:
+    chat = await make_engine().track_usage(usage)
+    assert chat.metadata["usage"] == expected
+
+
+async def test_track_usage_adds_to_a_total_the_original_package_stored(
+    make_engine: EngineFactory,
+) -> None:
+    stored = {"inputTokens": 500, "outputTokens": 200, "totalTokens": 700}
+    engine = make_engine(metadata={"usage": stored})
+    await engine.update_chat(metadata={"usage": stored})
+    chat = await engine.track_usage({"input_tokens": 10, "output_tokens": 5})
+    assert chat.metadata["usage"] == normalised(
+        input_tokens=510, output_tokens=205, total_tokens=715, requests=2
+    )
+
+
 async def test_twenty_concurrent_track_usage_calls_lose_nothing(
     store: SqlContextStore, other_store: SqlContextStore, make_engine: EngineFactory
 ) -> None:

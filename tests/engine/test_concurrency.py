@@ -103,3 +103,55 @@ async def test_concurrent_writers_never_lose_a_turn(
     stored = [record.data["parts"][0]["text"] for record in chain]
     for engine in engines:
         assert [m.text for m in await engine.get_messages()] == stored
+
+
+@pytest.mark.parametrize("stores", [1, 2], ids=["one-store", "two-stores"])
+async def test_writers_inside_and_outside_transactions_never_deadlock(
+    store: SqlContextStore, other_store: SqlContextStore, stores: int
+) -> None:
+    """Turns saved plainly, inside ``store.begin()`` (committed), and inside ``store.begin()``
+    rolled back on purpose then saved again plainly, by 6 writers on one chat at once: every
+    kept turn lands once and in order, nothing of a rolled-back block stays, nobody hangs."""
+    pool = [store, other_store][:stores]
+    await store.create_chat("c1", user_id="u1")
+    rng = random.Random(4321)
+    plans = [[rng.choice(["plain", "tx", "rollback"]) for _ in range(8)] for _ in range(6)]
+
+    class Rollback(Exception):
+        pass
+
+    async def writer(w: int) -> None:
+        s = pool[w % len(pool)]
+        engine = ContextEngine(store=s, chat_id="c1", user_id="u1")
+        for t, plan in enumerate(plans[w]):
+            fragments = (
+                user(f"question {w}/{t}", id=f"u-{w}-{t}"),
+                assistant_text(f"answer {w}/{t}", id=f"a-{w}-{t}"),
+            )
+            if plan == "plain":
+                await engine.set(*fragments).save()
+                continue
+            try:
+                async with s.begin():
+                    await engine.set(*fragments).save()
+                    if plan == "rollback":
+                        raise Rollback
+            except Rollback:
+                assert engine.head_message_id is None  # forgotten until the next call
+                await engine.set(*fragments).save()  # the turn again, outside
+            await asyncio.sleep(0)
+
+    async with asyncio.timeout(180):
+        await asyncio.gather(*(writer(w) for w in range(6)))
+    chain = await store.get_messages("c1")
+    ids = [record.id for record in chain]
+    expected = {f"{kind}-{w}-{t}" for w in range(6) for t in range(8) for kind in ("u", "a")}
+    assert len(ids) == len(expected) and set(ids) == expected
+    assert all(chain[i].parent_id == chain[i - 1].id for i in range(1, len(chain)))
+    position = {message_id: i for i, message_id in enumerate(ids)}
+    for w in range(6):
+        order = [position[f"u-{w}-{t}"] for t in range(8)]
+        assert order == sorted(order)
+        assert all(position[f"a-{w}-{t}"] == position[f"u-{w}-{t}"] + 1 for t in range(8))
+    info = (await store.list_chats(user_id="u1"))[0]
+    assert info.message_count == len(expected) and info.branch_count == 1

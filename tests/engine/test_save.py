@@ -10,6 +10,7 @@ import math
 import pytest
 
 from agentcontext import (
+    EmptyConversationError,
     InvalidGraphError,
     Message,
     SaveResult,
@@ -67,7 +68,11 @@ async def test_save_with_nothing_pending_changes_nothing(
     store: SqlContextStore, make_engine: EngineFactory
 ) -> None:
     engine = make_engine()
-    assert await engine.save() == SaveResult(head_message_id=None)
+    empty = await engine.save()
+    assert empty == SaveResult(head_message_id=None)
+    assert empty.head is None
+    with pytest.raises(EmptyConversationError, match="no head"):
+        _ = empty.head_message_id
     engine.set(user("q", id="m1"))
     await engine.save()
     before = await store.get_chat("c1")

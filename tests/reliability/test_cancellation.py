@@ -65,6 +65,10 @@ async def cancel_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
     assert threading.active_count() <= threads, "a thread outlived the store"
 
 
+class Rollback(Exception):
+    """The caller rolls its transaction back on purpose."""
+
+
 async def interrupted(rng: random.Random, call: Callable[[], Awaitable[Any]]) -> tuple[bool, Any]:
     """Run ``call`` and interrupt it at a random moment; ``(completed, result)``."""
     delay = rng.choice(DELAYS)
@@ -94,12 +98,26 @@ async def test_random_cancellations_leave_the_graph_whole(cancel_store: Any) -> 
     store, backend = cancel_store
     rng = random.Random(f"{SEED}-{backend}")
     chat = f"cancel-{backend}"
+    await store.upsert_chat(chat, user_id="u")  # (a first turn may be rolled back on purpose)
     engine = ContextEngine(store=store, chat_id=chat, user_id="u")
     acknowledged: list[str] = []  # texts of the turns whose save returned
     rewinds = 0
     turn = 0
     for _ in range(ROUNDS):
-        op = rng.choice(["save", "save", "save", "turn", "turn", "resolve", "search", "rewind"])
+        op = rng.choice(
+            [
+                "save",
+                "save",
+                "save",
+                "turn",
+                "turn",
+                "whole",
+                "using",
+                "resolve",
+                "search",
+                "rewind",
+            ]
+        )
         if op == "save":
             turn += 1
             question, answer = f"question {turn}", f"answer {turn}"
@@ -123,6 +141,52 @@ async def test_random_cancellations_leave_the_graph_whole(cancel_store: Any) -> 
                 await until_done(lambda reply=reply, e=engine: e.complete_turn(reply))
             assert placeholder
             acknowledged += [question, answer]
+        elif op == "whole":
+            # A whole streaming turn (begin and complete) under one timeout; when it is
+            # interrupted, the caller retries the whole turn: begin_turn and complete_turn again
+            # with the same fragments, whatever of it had landed.
+            turn += 1
+            question, answer = f"question {turn}", f"answer {turn}"
+            asked, reply = user(question), assistant_text(answer)
+
+            async def whole(e: ContextEngine, asked: Any = asked, reply: Any = reply) -> None:
+                await e.begin_turn(asked)
+                await e.complete_turn(reply)
+
+            done, _ = await interrupted(rng, lambda e=engine: whole(e))
+            if not done:
+                await until_done(lambda e=engine: whole(e))
+            acknowledged += [question, answer]
+        elif op == "using":
+            # A turn saved inside the caller's own transaction, interrupted anywhere (before,
+            # during or after its commit); the caller retries the whole block with the same
+            # fragments. Sometimes the caller rolls back on purpose: nothing of it stays.
+            turn += 1
+            question, answer = f"question {turn}", f"answer {turn}"
+            fragments = (user(question), assistant_text(answer))
+            keep = rng.random() < 0.8
+
+            async def in_transaction(
+                e: ContextEngine, keep: bool = keep, f: Any = fragments
+            ) -> None:
+                async with store.begin():
+                    e.clear_pending()
+                    e.set(*f)
+                    await e.save()
+                    if not keep:
+                        raise Rollback
+
+            try:
+                done, _ = await interrupted(rng, lambda e=engine: in_transaction(e))
+                if not done:
+                    await until_done(lambda e=engine: in_transaction(e))
+            except Rollback:
+                pass
+            if keep:
+                acknowledged += [question, answer]
+            else:
+                turn -= 1  # rolled back: its texts may be used again
+            engine.clear_pending()
         elif op == "resolve":
             done, result = await interrupted(rng, engine.resolve)
             if done:

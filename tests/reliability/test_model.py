@@ -893,3 +893,113 @@ async def test_an_in_place_save_returns_the_stored_head(store: SqlContextStore) 
     first.set(user("q edited", id="q1"))
     result = await first.save(branch=False)  # first has not seen a1
     assert result.head_message_id == "a1"
+
+
+# --- sequences the model found (or that were reported), run through the model as written -----
+
+
+class Scripted:
+    """Stands for hypothesis's ``data`` in a rule: answers the rule's draws in order. An answer
+    that is a callable is given the elements the rule draws from and picks one."""
+
+    def __init__(self, *answers: Any) -> None:
+        self.answers = list(answers)
+
+    def draw(self, strategy: Any, label: str | None = None) -> Any:
+        answer = self.answers.pop(0)
+        if callable(answer):
+            elements = getattr(strategy, "elements", None)
+            if elements is None:
+                elements = strategy.wrapped_strategy.elements
+            return answer(list(elements))
+        return answer
+
+
+def scripted_machine(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> GraphMachine:
+    if backend == "sqlite":
+        path = tmp_path / "scripted.db"
+        target = Target(lambda: f"sqlite+aiosqlite:///{path}", lambda _: None)
+    else:
+        url: str = request.getfixturevalue("pg_session_url")
+        target = Target(lambda: url, lambda _: None)
+    machine_class = type(f"Scripted_{backend}", (GraphMachine,), {"target": target})
+    return machine_class()
+
+
+def play(machine: GraphMachine, steps: list[tuple[str, dict[str, Any]]]) -> None:
+    """Run rules one after another, checking the model after each (as hypothesis does)."""
+    try:
+        machine.open(second_store=False, eager=True)
+        machine.agrees_with_model()
+        for name, arguments in steps:
+            getattr(machine, name)(**arguments)
+            machine.agrees_with_model()
+    finally:
+        machine.teardown()
+
+
+def fresh_id() -> Scripted:
+    return Scripted("fresh")
+
+
+def reused(kind: str, index: int) -> Scripted:
+    return Scripted(kind, lambda pool: pool[index])
+
+
+def test_a_turn_begun_with_stored_ids_after_a_compaction_is_the_head(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """begin_turn(q1), begin_turn(q2), set(u3 with q1's id), compact everything, then
+    begin_turn with q2's id again: the turn forks to a new branch, and begin_turn returns that
+    branch's placeholder (it returned the old one on main)."""
+    play(
+        scripted_machine(backend, tmp_path, request),
+        [
+            ("begin_turn", {"i": 0, "data": fresh_id()}),
+            ("begin_turn", {"i": 0, "data": fresh_id()}),
+            ("set_message", {"i": 0, "role": "user", "data": reused("chain", 0)}),
+            ("compact", {"i": 0, "keep": 0}),
+            ("begin_turn", {"i": 0, "data": reused("stored", 2)}),
+            ("complete_turn", {"i": 0}),
+            ("look", {"i": 0}),
+        ],
+    )
+
+
+def test_a_whole_turn_begun_again_after_it_was_completed_writes_nothing(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """begin_turn + complete_turn, then both again with the same fragments (the caller never
+    heard they landed): no fork, no second question; then a turn by the other engine, and the
+    first turn retried once more (it is below the head now)."""
+    play(
+        scripted_machine(backend, tmp_path, request),
+        [
+            ("begin_turn", {"i": 0, "data": fresh_id()}),
+            ("complete_turn", {"i": 0}),
+            ("retry_turn", {"i": 0}),
+            ("complete_turn", {"i": 0}),
+            ("begin_turn", {"i": 1, "data": fresh_id()}),
+            ("retry_turn", {"i": 0}),
+            ("retry_turn", {"i": 1}),
+            ("complete_turn", {"i": 1}),
+        ],
+    )
+
+
+def test_rewinds_of_rewinds_are_named_from_the_root_and_restores_after_the_checkpoint(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    play(
+        scripted_machine(backend, tmp_path, request),
+        [
+            ("set_message", {"i": 0, "role": "user", "data": fresh_id()}),
+            ("save", {"i": 0, "branch": True}),
+            ("checkpoint", {"i": 0, "name": "cp1"}),
+            # rewind to the first message: "unknown" no (1), target index 0, automatic name
+            ("rewind", {"i": 0, "data": Scripted(1, lambda nodes: nodes[0], 1)}),
+            ("rewind", {"i": 0, "data": Scripted(1, lambda nodes: nodes[0], 1)}),
+            ("rename_branch", {"i": 0, "data": Scripted("main", "topic")}),
+            ("restore", {"i": 0, "name": "cp1", "data": Scripted(1)}),
+        ],
+    )

@@ -35,6 +35,7 @@ from agentcontext import (
     user,
     workflow,
 )
+from agentcontext.reminders._core import append_to_message
 from agentcontext.store import SqlContextStore
 from tests.engine.conftest import EngineFactory
 from tests.reminders._util import tool
@@ -358,6 +359,45 @@ async def test_tokens_over_reads_the_tracked_usage(make_engine: EngineFactory) -
     await engine.save()
     await engine.track_usage({"input_tokens": 1})  # 10 000: the threshold counts
     engine.set(user("turn 3"))
+    assert "over-budget" in await last_text(engine)
+
+
+async def test_a_message_listing_reminders_still_gets_this_turns(
+    make_engine: EngineFactory,
+) -> None:
+    earlier = append_to_message(
+        Message(id="u1", role="user", parts=[TextPart(text="question")]), ["from before"]
+    )
+    engine = make_engine()
+    engine.set(reminder("stay on task"), user(earlier))
+    sent = (await engine.resolve()).messages[-1]
+    assert sent.text.count("<system-reminder>from before</system-reminder>") == 1
+    assert sent.text.count("<system-reminder>stay on task</system-reminder>") == 1
+    assert strip_reminders(sent).text == "question"
+
+
+async def test_a_copy_of_an_amended_message_is_not_amended_twice(
+    make_engine: EngineFactory,
+) -> None:
+    engine = make_engine()
+    engine.set(reminder("stay on task"), user("question", id="u1"))
+    sent = (await engine.resolve()).messages[-1]
+    again = make_engine()
+    again.set(reminder("stay on task"), user(sent))
+    resent = (await again.resolve()).messages[-1]
+    assert resent.text.count("<system-reminder>stay on task</system-reminder>") == 1
+    assert resent == sent
+
+
+async def test_tokens_over_fires_on_the_original_packages_usage_shape(
+    make_engine: EngineFactory,
+) -> None:
+    engine = make_engine()
+    engine.set(reminder("over-budget", when=tokens_over(700)))
+    engine.set(user("turn 1"), assistant_text("reply"))
+    await engine.save()
+    await engine.track_usage({"inputTokens": 500, "outputTokens": 200, "totalTokens": 700})
+    engine.set(user("turn 2"))
     assert "over-budget" in await last_text(engine)
 
 

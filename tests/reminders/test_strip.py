@@ -158,3 +158,60 @@ def test_out_of_range_and_overlapping_ranges_are_clamped() -> None:
 def test_strip_refuses_what_is_not_a_message() -> None:
     with pytest.raises(ReminderError):
         strip_reminders({"id": "m"})  # type: ignore[arg-type]
+
+
+# --- records stored by the original package ---------------------------------------------------
+
+
+def _original_record(text: str, start: int, end: int, part: int = 0, mode: str = "inline") -> Any:
+    return {
+        "id": "r1",
+        "text": text,
+        "target": "user",
+        "partIndex": part,
+        "start": start,
+        "end": end,
+        "mode": mode,
+    }
+
+
+def _utf16(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+@pytest.mark.parametrize("before", ["plain question", "ünïcode", "weather 🌦 and 🚀 launch"])
+def test_strip_reads_the_original_packages_records(before: str) -> None:
+    inserted = "<system-reminder>be brief</system-reminder>"
+    start, end = _utf16(before), _utf16(before) + _utf16(inserted)
+    message = Message(
+        id="u1",
+        role="user",
+        parts=[TextPart(text=before + inserted)],
+        metadata={"reminders": [_original_record("be brief", start, end)], "k": 1},
+    )
+    assert strip_reminders(message) == Message(
+        id="u1", role="user", parts=[TextPart(text=before)], metadata={"k": 1}
+    )
+
+
+def test_strip_drops_a_part_the_original_added_for_a_reminder() -> None:
+    inserted = "<system-reminder>note</system-reminder>"
+    message = Message(
+        id="u1",
+        role="user",
+        parts=[TextPart(text="question 🙂"), TextPart(text=inserted)],
+        metadata={"reminders": [_original_record("note", 0, _utf16(inserted), 1, "part")]},
+    )
+    assert strip_reminders(message) == Message(
+        id="u1", role="user", parts=[TextPart(text="question 🙂")]
+    )
+
+
+def test_strip_empties_a_synthetic_reminder_message_of_the_original() -> None:
+    message = Message(
+        id="s1",
+        role="user",
+        parts=[TextPart(text="<system-reminder>steer</system-reminder>")],
+        metadata={"synthetic": {"source": "reminder", "firedAt": 1}},
+    )
+    assert strip_reminders(message) == Message(id="s1", role="user", parts=[])

@@ -2,7 +2,8 @@
 
 * XML parses with ``xml.etree`` (wrapped in a root element), with and without grouping, has
   one top-level element per non-empty fragment, and every single-line string comes back as
-  element text.
+  element text; any text, at any depth, comes back exactly (indentation of multi-line text
+  aside), with quotes left as written.
 * TOML parses with ``tomllib`` to exactly the data the fragments describe.
 * TOON decodes with ``toon_format`` (strict) to exactly the data the fragments describe.
 * Markdown never contains a Python repr, keeps every string, and nests bullets one level at
@@ -19,7 +20,7 @@ import re
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agentcontext.fragments import ContextFragment
@@ -120,6 +121,43 @@ def test_xml_is_well_formed(fragments: list[ContextFragment]) -> None:
     grouped = XmlRenderer(group_fragments=True).render(fragments)
     # grouping only adds wrapper elements: the same leaves, in another order
     assert _xml_leaves(parse_xml(grouped)) == _xml_leaves(root)
+
+
+_DEPTH_NAMES = st.lists(st.sampled_from(["outer", "rules", "x", "policy"]), max_size=3)
+
+
+def _element_text(node: Any, depth: int) -> str:
+    """The text written into ``node``, without the indentation the renderer added."""
+    raw = node.text or ""
+    if not raw.startswith("\n"):
+        return raw
+    pad = "  " * depth
+    inner = pad + "  "
+    assert raw.endswith("\n" + pad), repr(raw)
+    body = raw[1 : len(raw) - len(pad) - 1]
+    lines = body.split("\n")
+    assert all(line == "" or line.startswith(inner) for line in lines), repr(raw)
+    return "\n".join(line[len(inner) :] for line in lines)
+
+
+@_SETTINGS
+@given(_TEXT, _DEPTH_NAMES, st.booleans())
+@example('customer\'s "plan"', [], False)
+@example("a\r\nb", ["outer"], False)
+@example("\n  indented\n\n", ["outer", "x"], True)
+@example("]]>&<>", [], False)
+def test_xml_text_content_equals_the_input(text: str, names: list[str], listed: bool) -> None:
+    """Every text comes back from a standard XML parser exactly as it went in."""
+    node: Any = ContextFragment(name="leaf", data=[text] if listed else text)
+    for name in reversed(names):
+        node = ContextFragment(name=name, data=node)
+    out = XmlRenderer().render([node])
+    element = parse_xml(out)[0]
+    for _ in names:
+        element = element[0]
+    expected = _XML_INVALID.sub("\ufffd", text)
+    assert _element_text(element, len(names)) == expected
+    assert "&apos;" not in out and "&quot;" not in out
 
 
 @_SETTINGS

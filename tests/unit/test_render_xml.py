@@ -75,9 +75,9 @@ def test_top_level_fragments_are_separated_by_newlines() -> None:
 # --- escaping ------------------------------------------------------------------------------
 
 
-def test_escapes_the_five_special_characters() -> None:
+def test_text_escapes_only_what_xml_requires() -> None:
     out = render(ContextFragment(name="test", data={"content": "<tag> & \"quote\" 'it'"}))
-    assert "&lt;tag&gt; &amp; &quot;quote&quot; &apos;it&apos;" in out
+    assert "<content>&lt;tag> &amp; \"quote\" 'it'</content>" in out
     assert parse_xml(out).find("test/content").text == "<tag> & \"quote\" 'it'"  # type: ignore[union-attr]
 
 
@@ -86,8 +86,19 @@ def test_characters_xml_cannot_carry_become_replacement_characters() -> None:
     assert parse_xml(out).find("hint").text == "bell\ufffd nul\ufffd ok\ttab \ufffd"  # type: ignore[union-attr]
 
 
+def test_quotes_reach_the_model_as_written() -> None:
+    assert render(hint('the customer\'s "VIP" plan')) == ('<hint>the customer\'s "VIP" plan</hint>')
+
+
+def test_carriage_returns_survive_parsing() -> None:
+    out = render(hint("a\rb"))
+    assert out == "<hint>a&#13;b</hint>"
+    assert parse_xml(out).find("hint").text == "a\rb"  # type: ignore[union-attr]
+
+
 def test_cdata_terminator_and_lone_surrogates_are_harmless() -> None:
     out = render(hint("]]> and \ud800"))
+    assert out == "<hint>]]&gt; and \ufffd</hint>"
     assert parse_xml(out).find("hint").text == "]]> and \ufffd"  # type: ignore[union-attr]
 
 
@@ -105,14 +116,46 @@ def test_multiline_text_is_indented_inside_its_tag() -> None:
     nested = render(fragment("outer", {"text": "a\nb"}))
     assert lines(nested) == [
         "<outer>",
-        "  <outer>",
-        "    <text>",
-        "      a",
-        "      b",
-        "    </text>",
-        "  </outer>",
+        "  <text>",
+        "    a",
+        "    b",
+        "  </text>",
         "</outer>",
     ]
+
+
+# --- a single child ------------------------------------------------------------------------
+
+
+def test_a_fragment_with_one_child_is_not_nested_twice() -> None:
+    assert render(fragment("x", "text")) == "<x>text</x>"
+    assert render(fragment("x", 3)) == "<x>3</x>"
+    assert render(fragment("x", {"a": "1"})) == "<x>\n  <a>1</a>\n</x>"
+    assert render(fragment("x", hint("h"))) == "<x>\n  <hint>h</hint>\n</x>"
+    assert render(glossary({"revenue": "SUM(x)"})) == (
+        "<glossary>\n  <term>revenue</term>\n  <expression>SUM(x)</expression>\n</glossary>"
+    )
+
+
+def test_several_children_keep_one_element_each() -> None:
+    assert lines(render(glossary({"a": "1", "b": "2"}))) == [
+        "<glossary>",
+        "  <glossary>",
+        "    <term>a</term>",
+        "    <expression>1</expression>",
+        "  </glossary>",
+        "  <glossary>",
+        "    <term>b</term>",
+        "    <expression>2</expression>",
+        "  </glossary>",
+        "</glossary>",
+    ]
+    assert render(fragment("x", "a", "b")) == "<x>\n  <x>a</x>\n  <x>b</x>\n</x>"
+
+
+def test_a_list_under_a_key_stays_a_list_with_one_item() -> None:
+    out = render(ContextFragment(name="workflow", data={"steps": ["only"]}))
+    assert out == "<workflow>\n  <steps>\n    <step>only</step>\n  </steps>\n</workflow>"
 
 
 # --- None and empty values -----------------------------------------------------------------
@@ -126,7 +169,7 @@ def test_none_values_are_skipped() -> None:
     )
     assert render(ContextFragment(name="nothing", data=None), hint("x")) == "<hint>x</hint>"
     assert render(fragment("outer", ContextFragment(name="gone", data=None), "kept")) == (
-        "<outer>\n  <outer>kept</outer>\n</outer>"
+        "<outer>kept</outer>"
     )
 
 
@@ -156,9 +199,7 @@ def test_nesting_three_deep() -> None:
     assert lines(render(deep)) == [
         "<level1>",
         "  <level2>",
-        "    <level3>",
-        "      <level3>deep value</level3>",
-        "    </level3>",
+        "    <level3>deep value</level3>",
         "  </level2>",
         "</level1>",
     ]
@@ -407,10 +448,8 @@ EVERY_BUILDER = """\
   <pitfall>p</pitfall>
 </analogy>
 <glossary>
-  <glossary>
-    <term>revenue</term>
-    <expression>SUM(x)</expression>
-  </glossary>
+  <term>revenue</term>
+  <expression>SUM(x)</expression>
 </glossary>
 <principle>
   <title>P</title>

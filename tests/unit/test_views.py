@@ -11,10 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentcontext.errors import InvalidInputError
 from agentcontext.store.records import BranchInfo, Checkpoint, Graph, GraphNode
-from agentcontext.views import graph_to_mermaid, visualize_graph
+from agentcontext.views import MERMAID_MAX_TEXT, graph_to_mermaid, visualize_graph
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
+LEGEND = "Legend: * = active branch, {...} = checkpoint, … = folded messages"
 
 
 def node(node_id: str, parent: str | None, role: str, preview: str, second: int) -> GraphNode:
@@ -72,11 +74,11 @@ def test_ascii_tree_exact_output(two_branch_graph: Graph) -> None:
         "[chat: chat-001]\n"
         "\n"
         'msg-0001 (user): "Hello"\n'
-        '└── msg-0002 (assistant): "Hi there! How can I help?" {greeted}\n'
-        '    ├── msg-0003 (user): "What is 2+2?" <- [main]\n'
-        '    └── msg-0004 (user): "Tell me a joke" <- [main-v2 *]\n'
+        'msg-0002 (assistant): "Hi there! How can I help?" {greeted}\n'
+        '├── msg-0003 (user): "What is 2+2?" <- [main]\n'
+        'msg-0004 (user): "Tell me a joke" <- [main-v2 *]\n'
         "\n"
-        "Legend: * = active branch, {...} = checkpoint"
+        f"{LEGEND}"
     )
 
 
@@ -99,13 +101,35 @@ def test_ascii_deeper_tree_prefixes_and_several_marks() -> None:
         branches=[branch("main", "a1x", active=True), branch("alt", "a1x"), branch("empty", None)],
         checkpoints=[checkpoint("one", "a"), checkpoint("two", "a")],
     )
+    # The active path goes on at one indent; each side branch hangs from its fork.
     assert visualize_graph(graph).splitlines()[2:8] == [
         'r (user): "root"',
-        '├── a (assistant): "a" {one, two}',
-        '│   ├── a1 (user): "a1"',
-        '│   │   └── a1x (assistant): "a1x" <- [main *, alt]',
-        '│   └── a2 (user): "a2"',
-        '└── b (assistant): "b"',
+        '├── b (assistant): "b"',
+        'a (assistant): "a" {one, two}',
+        '├── a2 (user): "a2"',
+        'a1 (user): "a1"',
+        'a1x (assistant): "a1x" <- [main *, alt]',
+    ]
+    side = Graph(
+        chat_id="c",
+        nodes=[
+            node("r", None, "user", "root", 0),
+            node("a", "r", "assistant", "a", 1),
+            node("b", "r", "assistant", "b", 2),
+            node("b1", "b", "user", "b1", 3),
+            node("b1x", "b1", "assistant", "b1x", 4),
+            node("b2", "b", "user", "b2", 5),
+        ],
+        branches=[branch("main", "a", active=True)],
+        checkpoints=[],
+    )
+    assert visualize_graph(side).splitlines()[2:8] == [
+        'r (user): "root"',
+        '├── b (assistant): "b"',
+        '│   ├── b2 (user): "b2"',
+        '│   b1 (user): "b1"',
+        '│   b1x (assistant): "b1x"',
+        'a (assistant): "a" <- [main *]',
     ]
 
 
@@ -128,10 +152,16 @@ def test_ascii_long_chain_does_not_recurse() -> None:
     nodes = [
         node(f"m{i:05d}", f"m{i - 1:05d}" if i else None, "user", str(i), i) for i in range(count)
     ]
-    text = visualize_graph(Graph(chat_id="c", nodes=nodes, branches=[], checkpoints=[]))
-    lines = text.splitlines()
+    graph = Graph(chat_id="c", nodes=nodes, branches=[], checkpoints=[])
+    lines = visualize_graph(graph, fold=None).splitlines()
     assert len(lines) == count + 4
-    assert lines[-3].endswith(f'(user): "{count - 1}"')
+    assert lines[-3] == f'm{count - 1:05d} (user): "{count - 1}"'
+    assert max(len(line) for line in lines[2:-2]) < 30  # a linear run keeps one indent
+    assert visualize_graph(graph).splitlines()[2:5] == [
+        'm00000 (user): "0"',
+        f"… {count - 2} messages (m00001 … m0{count - 2})",
+        f'm0{count - 1} (user): "{count - 1}"',
+    ]
 
 
 def test_ascii_malformed_graph_shows_every_node_once() -> None:
@@ -165,7 +195,7 @@ def test_ascii_control_characters_stay_on_one_line() -> None:
         "",
         'm1 (user): "a  b c d e" <- [br anch *] {c p}',
         "",
-        "Legend: * = active branch, {...} = checkpoint",
+        LEGEND,
     ]
 
 
@@ -176,6 +206,8 @@ LABEL = rf"(?:{SAFE}|#\d+;)+"
 LINE_GRAMMAR = [
     re.compile(r"^flowchart TD$"),
     re.compile(rf'^    n\d+\["{LABEL}"\]$'),
+    re.compile(rf'^    n\d+\(\["{LABEL}"\]\)$'),
+    re.compile(rf'^    older\["{LABEL}"\]$'),
     re.compile(r"^    n\d+ --> n\d+$"),
     re.compile(rf'^    b\d+\(\["{LABEL}"\]\)$'),
     re.compile(r"^    b\d+ -\.-> n\d+$"),
@@ -183,9 +215,10 @@ LINE_GRAMMAR = [
     re.compile(r"^    c\d+ -\.-> n\d+$"),
     re.compile(rf'^    empty\["{LABEL}"\]$'),
     re.compile(
-        r"^    classDef (?:branch|activeBranch|checkpoint) [a-z\-]+:#[0-9a-f]{6}(?:,[a-z\-]+:[#0-9a-z]+)*$"
+        r"^    classDef (?:branch|activeBranch|checkpoint|folded) [a-z\-]+:#[0-9a-f]{6}"
+        r"(?:,[a-z\-]+:[#0-9a-z]+)*$"
     ),
-    re.compile(r"^    class [bc]\d+(?:,[bc]\d+)* (?:branch|activeBranch|checkpoint)$"),
+    re.compile(r"^    class [bcn]\d+(?:,[bcn]\d+)* (?:branch|activeBranch|checkpoint|folded)$"),
 ]
 LABELLED = re.compile(r'^    (?:n\d+\[|b\d+\(\[|c\d+\{\{|empty\[)"(?P<label>[^"]*)"')
 
@@ -236,6 +269,7 @@ def test_mermaid_exact_output(two_branch_graph: Graph) -> None:
         "    classDef branch fill:#eef3ff,stroke:#4a6fd4",
         "    classDef activeBranch fill:#e6f7e6,stroke:#2e8b2e,stroke-width:2px",
         "    classDef checkpoint fill:#fff6db,stroke:#c79100",
+        "    classDef folded fill:#f2f2f2,stroke:#999999,stroke-dasharray:3",
         "    class b0 branch",
         "    class b1 activeBranch",
         "    class c0 checkpoint",
@@ -288,10 +322,11 @@ def test_mermaid_hostile_labels_are_escaped() -> None:
         if match:
             assert re.fullmatch(rf"{SAFE}*", re.sub(r"#\d+;", "", match.group("label")))
     decoded = labels(chart)
-    expected = ["user: start"] + [f"assistant: {one_line(text)}" for text in HOSTILE]
-    expected += [one_line(text) + (" *" if i == 0 else "") or " " for i, text in enumerate(HOSTILE)]
+    messages = ["user: start"] + [f"assistant: {one_line(text)}" for text in HOSTILE]
+    assert sorted(decoded[: len(messages)]) == sorted(messages)
+    expected = [one_line(text) + (" *" if i == 0 else "") or " " for i, text in enumerate(HOSTILE)]
     expected += [one_line(text) or " " for text in HOSTILE]
-    assert decoded == expected
+    assert decoded[len(messages) :] == expected
     # Message ids never reach the chart.
     assert "id " not in chart
 
@@ -367,7 +402,8 @@ def graphs(draw: st.DrawFn) -> Graph:
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(graphs())
 def test_mermaid_random_graphs_never_break_the_chart(graph: Graph) -> None:
-    chart = graph_to_mermaid(graph)
+    assert_grammar(graph_to_mermaid(graph))
+    chart = graph_to_mermaid(graph, fold=None)
     assert_grammar(chart)
     lines = chart.split("\n")
     parented = sum(item.parent_id is not None for item in graph.nodes)
@@ -382,10 +418,91 @@ def test_mermaid_random_graphs_never_break_the_chart(graph: Graph) -> None:
 @settings(max_examples=200, deadline=None)
 @given(graphs())
 def test_ascii_random_graphs_have_one_line_per_message(graph: Graph) -> None:
-    text = visualize_graph(graph)
+    text = visualize_graph(graph, fold=None, depth=None)
     lines = text.split("\n")
     if not graph.nodes:
         assert lines[-1] == "(empty)"
         return
     assert len(lines) == len(graph.nodes) + 4
-    assert lines[-1] == "Legend: * = active branch, {...} = checkpoint"
+    assert lines[-1] == LEGEND
+    assert len(visualize_graph(graph).split("\n")) <= len(lines)
+
+
+# --- scale: linear and bounded output -------------------------------------------------------
+
+
+def comb(count: int, every: int) -> Graph:
+    """A main line of ``count`` messages with a one-message side branch every ``every``."""
+    nodes = [
+        node(f"m{i:06d}", f"m{i - 1:06d}" if i else None, "user", f"say {i}", i)
+        for i in range(count)
+    ]
+    branches = [branch("main", f"m{count - 1:06d}", active=True)]
+    for i in range(every, count, every):
+        nodes.append(node(f"s{i:06d}", f"m{i:06d}", "user", f"side {i}", count + i))
+        branches.append(branch(f"main-v{i}", f"s{i:06d}"))
+    return Graph(chat_id="c", nodes=nodes, branches=branches, checkpoints=[])
+
+
+def test_a_long_chat_with_branches_draws_lines_of_bounded_width() -> None:
+    graph = comb(10_000, 100)
+    text = visualize_graph(graph, fold=None)
+    lines = text.split("\n")
+    assert len(lines) == len(graph.nodes) + 4
+    assert max(len(line) for line in lines) < 120  # every fork is one indent, never deeper
+    folded = visualize_graph(graph)
+    assert len(folded.split("\n")) < 700  # 99 forks, each: a fold, the fork, its side branch
+    assert "… 99 messages (m000001 … m000099)" in folded
+    assert len(folded) < len(text) // 10
+
+
+def test_side_branches_nested_deeper_than_depth_are_summarised() -> None:
+    # A staircase: each branch forks from the previous branch's first message.
+    nodes = [node("r", None, "user", "root", 0), node("main", "r", "assistant", "main", 1)]
+    parent = "r"
+    for level in range(12):
+        # The older child continues the line, so each next side branch nests one deeper.
+        nodes.append(node(f"s{level}", parent, "assistant", f"side {level}", 2 * level + 2))
+        nodes.append(node(f"s{level}x", f"s{level}", "user", "next", 2 * level + 3))
+        parent = f"s{level}"
+    graph = Graph(
+        chat_id="c", nodes=nodes, branches=[branch("main", "main", active=True)], checkpoints=[]
+    )
+    lines = visualize_graph(graph, depth=3).split("\n")[2:-2]
+    assert sum(line.startswith("│   " * 3 + "├── … ") for line in lines) == 1
+    summary = next(line for line in lines if "nested deeper than 3" in line)
+    assert "… 18 messages below" in summary
+    whole = visualize_graph(graph, depth=None, fold=None).split("\n")[2:-2]
+    assert len(whole) == len(nodes)
+    assert max(len(line) for line in lines) < max(len(line) for line in whole)
+
+
+def test_last_draws_only_the_newest_messages() -> None:
+    graph = comb(50, 10)
+    lines = visualize_graph(graph, last=5, fold=None).split("\n")
+    assert lines[2] == f"… {len(graph.nodes) - 5} messages before these not shown (last=5)"
+    assert sum('"side' in line or '"say' in line for line in lines) == 5
+    with pytest.raises(InvalidInputError, match="last"):
+        visualize_graph(graph, last=0)
+    with pytest.raises(InvalidInputError, match="fold"):
+        visualize_graph(graph, fold=-1)
+
+
+@pytest.mark.parametrize(("count", "every"), [(10_000, 1), (100_000, 50), (3_000, 10**9)])
+def test_mermaid_stays_under_its_default_limit(count: int, every: int) -> None:
+    graph = comb(count, every)
+    chart = graph_to_mermaid(graph)
+    assert len(chart) < MERMAID_MAX_TEXT
+    assert_grammar(chart)
+    if len(graph.nodes) > 3_000:  # too many heads to draw: the note says what was left out
+        assert "older" in chart.split("\n")[1]
+        assert "left out" in decode(chart.split("\n")[1])
+    smaller = graph_to_mermaid(graph, max_chars=10_000)
+    assert len(smaller) < 10_000
+    assert_grammar(smaller)
+
+
+def test_folded_runs_are_one_mermaid_node() -> None:
+    chart = graph_to_mermaid(comb(1000, 10**9))
+    assert '    n1(["#8230; 998 messages"])' in chart.split("\n")
+    assert "    class n1 folded" in chart

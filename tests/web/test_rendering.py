@@ -24,7 +24,12 @@ from agentcontext.store.records import (
 from agentcontext.web import CSP, create_app
 from agentcontext.web._html import snippet_html, text_html
 from agentcontext.web._layout import FOLD_MIN, layout_graph, render_svg
-from agentcontext.web._render import message_panel, reminder_ranges, text_with_reminders
+from agentcontext.web._render import (
+    message_body,
+    message_panel,
+    reminder_ranges,
+    text_with_reminders,
+)
 from tests.web.seed import CHAT, HOSTILE, SECRET, USER, seed
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -157,7 +162,7 @@ def test_snippets_keep_only_mark(snippet: str) -> None:
     text=st.text(max_size=40),
 )
 def test_malformed_reminders_are_ignored_never_trusted(metadata: Any, text: str) -> None:
-    ranges = reminder_ranges(metadata, 0, len(text))
+    ranges = reminder_ranges(metadata, 0, text)
     last = 0
     for start, end in ranges:
         assert last <= start < end <= len(text)
@@ -170,13 +175,13 @@ def test_reminders_are_marked_at_their_ranges() -> None:
     start = text.index("<system")
     end = text.index(" bye")
     meta = {"reminders": [{"start": start, "end": end, "part": 0}, {"start": 1, "end": 999}]}
-    ranges = reminder_ranges(meta, 0, len(text))
+    ranges = reminder_ranges(meta, 0, text)
     assert ranges == [(start, end)]
     html = text_with_reminders(text, ranges)
     assert html.startswith("hello ")
     assert '<mark class="reminder"' in html and "&lt;system-reminder&gt;x" in html
-    assert reminder_ranges({"reminders": "nope"}, 0, 5) == []
-    assert reminder_ranges(None, 0, 5) == []
+    assert reminder_ranges({"reminders": "nope"}, 0, "hello") == []
+    assert reminder_ranges(None, 0, "hello") == []
 
 
 def test_bidi_controls_become_visible_markers() -> None:
@@ -281,7 +286,7 @@ def test_a_compaction_goes_to_a_side_lane() -> None:
 @pytest.fixture
 def client(store_url: str) -> Any:
     asyncio.run(seed(store_url))
-    with TestClient(create_app(store_url)) as test_client:
+    with TestClient(create_app(store_url), base_url="http://localhost") as test_client:
         yield test_client, store_url
 
 
@@ -332,7 +337,7 @@ def test_no_route_writes(client: Any) -> None:
 
 def test_user_restriction_in_the_app(store_url: str) -> None:
     asyncio.run(seed(store_url))
-    with TestClient(create_app(store_url, user=USER)) as c:
+    with TestClient(create_app(store_url, user=USER), base_url="http://localhost") as c:
         assert SECRET not in c.get("/").text
         assert SECRET not in c.get("/?user=mallory&q=secret").text
         assert c.get(f"/chat?id={SECRET}").status_code == 404
@@ -361,7 +366,7 @@ def test_paging_and_metadata_filter(store_url: str) -> None:
                 )
 
     asyncio.run(many())
-    with TestClient(create_app(store_url)) as c:
+    with TestClient(create_app(store_url), base_url="http://localhost") as c:
         first = c.get("/?user=u").text
         assert first.count('href="/chat?id=c') == 50 and 'rel="next"' in first
         second = c.get("/?user=u&page=2").text
@@ -394,7 +399,9 @@ def test_any_query_string_gets_a_page_not_a_crash(tmp_path: Any) -> None:
     asyncio.run(seed(url))
     paths = ["/", "/chat", "/graph", "/message", "/branch", "/snapshots", "/records", "/record"]
     names = ["id", "chat", "name", "m", "open", "page", "q", "user", "meta", "fragment"]
-    with TestClient(create_app(url, user=USER), raise_server_exceptions=True) as c:
+    with TestClient(
+        create_app(url, user=USER), base_url="http://localhost", raise_server_exceptions=True
+    ) as c:
 
         @given(
             path=st.sampled_from(paths),
@@ -412,3 +419,29 @@ def test_any_query_string_gets_a_page_not_a_crash(tmp_path: Any) -> None:
             assert "the other user" not in response.text
 
         check()
+
+
+def test_reminders_the_original_package_recorded_are_marked() -> None:
+    before = "weather 🌦 today"
+    inserted = "<system-reminder>be brief</system-reminder>"
+    start = len(before.encode("utf-16-le")) // 2  # JavaScript offsets count UTF-16 units
+    end = start + len(inserted)
+    record = {"id": "r", "text": "be brief", "target": "user", "mode": "inline"}
+    meta = {"reminders": [{**record, "partIndex": 0, "start": start, "end": end}]}
+    assert reminder_ranges(meta, 0, before + inserted) == [(len(before), len(before + inserted))]
+
+
+def test_a_tool_call_reads_as_a_call_and_a_failure_is_marked() -> None:
+    ok = ToolPart(
+        tool_call_id="c1",
+        tool_name="get_weather",
+        input={"city": "Paris"},
+        state="output-available",
+        output="sunny",
+    )
+    failed = ok.model_copy(update={"state": "output-error", "output": None, "error": "timeout"})
+    html = message_body(Message(id="a", role="assistant", parts=[ok, failed]))
+    assert "tool get_weather({&quot;city&quot;: &quot;Paris&quot;}) → sunny" in html
+    assert '<p class="tool-call failed"><code>tool get_weather(' in html
+    assert '✗ timeout</code> <span class="tag failed">failed</span>' in html
+    check_markup(html)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import subprocess
 import sys
 import time
@@ -92,6 +93,17 @@ def test_serve_shows_only_the_given_users_chats(tmp_path: Path) -> None:
         assert CHAT in body and SECRET not in body
         assert _get(base + f"/chat?id={SECRET}")[0] == 404
         assert _get(base + f"/chat?id={CHAT}")[0] == 200
+        # DNS rebinding: a page on another domain that resolves to 127.0.0.1 gets nothing.
+        for host in ("rebind.attacker.example", f"rebind.attacker.example:{port}", "0.0.0.0"):
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            connection.request("GET", f"/chat?id={CHAT}", headers={"Host": host})
+            refused = connection.getresponse()
+            text = refused.read().decode()
+            connection.close()
+            assert refused.status == 421, host
+            assert refused.headers["content-security-policy"] == CSP
+            assert CHAT not in text and "Host not allowed" in text
+        assert _get(f"http://localhost:{port}/")[0] == 200
     finally:
         process.terminate()
         out, err = process.communicate(timeout=30)

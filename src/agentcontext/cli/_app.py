@@ -62,6 +62,10 @@ output:
 {EXIT_CODES}"""
 
 URL_HELP = f"database URL (default: ${ENV_VAR}, else {DEFAULT_URL})"
+DEMO_URL_HELP = (
+    "database URL (default: its own file sqlite+aiosqlite:///agentcontext-demo.db in the "
+    f"current directory; ${ENV_VAR} is not used, so the demo never writes to your database)"
+)
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -102,7 +106,13 @@ def _finish(parser: argparse.ArgumentParser) -> None:
     """Every command accepts ``--url`` after its name too, and lists the exit codes."""
     parser.epilog = parser.epilog or EXIT_CODES
     parser.formatter_class = _Formatter
-    parser.add_argument("--url", metavar="URL", default=argparse.SUPPRESS, help=URL_HELP)
+    is_demo = parser.prog.split()[-1] == "demo"
+    parser.add_argument(
+        "--url",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help=DEMO_URL_HELP if is_demo else URL_HELP,
+    )
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():

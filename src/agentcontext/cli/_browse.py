@@ -12,7 +12,8 @@ from agentcontext.cli._output import count
 from agentcontext.cli._transcript import load_transcript, print_transcript
 from agentcontext.errors import ChatNotFoundError, InvalidInputError
 from agentcontext.store import Chat, SqlContextStore
-from agentcontext.views import graph_to_mermaid, visualize_graph
+from agentcontext.store.records import Graph, GraphOutline
+from agentcontext.views import DEFAULT_DEPTH, DEFAULT_FOLD, graph_to_mermaid, visualize_graph
 
 __all__ = [
     "add_json",
@@ -70,6 +71,33 @@ def add_json(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_view_options(parser: argparse.ArgumentParser, *, depth: bool) -> None:
+    """``--fold``, ``--last`` and (for the tree) ``--depth``: how much of a graph to draw."""
+    parser.add_argument(
+        "--fold",
+        type=non_negative,
+        default=DEFAULT_FOLD,
+        metavar="N",
+        help=f"fold runs of N or more plain messages into one line (default {DEFAULT_FOLD}; "
+        "0: never)",
+    )
+    parser.add_argument(
+        "--last",
+        type=positive,
+        metavar="N",
+        help="draw only the newest N messages (default: all"
+        + (")" if depth else " that fit under Mermaid's text limit)"),
+    )
+    if depth:
+        parser.add_argument(
+            "--depth",
+            type=non_negative,
+            default=DEFAULT_DEPTH,
+            metavar="N",
+            help=f"summarise side branches nested deeper than N (default {DEFAULT_DEPTH})",
+        )
+
+
 def register(commands: Any) -> None:
     """Add ``chats``, ``show``, ``search`` and ``mermaid`` to the command parsers."""
     chats = commands.add_parser(
@@ -97,7 +125,9 @@ def register(commands: Any) -> None:
         "show",
         help="show a chat's message graph as a tree, or one branch as a transcript",
         description="Show a chat: its message graph as a tree (the active branch marked *, "
-        "checkpoints in braces), then its branches and checkpoints. With --branch or --full, "
+        "checkpoints in braces; a linear run stays at one indent, runs of plain messages fold "
+        "into '… N messages', tool calls read 'tool name(args) → result'), then its branches "
+        "and checkpoints. With --branch or --full, "
         "show one branch as a transcript instead, oldest message first: tool calls with their "
         "input and output, text inserted by reminders wrapped in [reminder]...[/reminder], "
         "and compaction summaries after the last message they fold.",
@@ -113,6 +143,7 @@ def register(commands: Any) -> None:
         action="store_true",
         help="the transcript with whole texts (default: one shortened line per part)",
     )
+    add_view_options(show, depth=True)
     add_json(show)
     show.set_defaults(handler=_show)
 
@@ -143,9 +174,13 @@ def register(commands: Any) -> None:
         "mermaid",
         help="print a chat's graph as a Mermaid flowchart",
         description="Print a chat's message graph as a Mermaid flowchart, for Markdown or "
-        "the Mermaid live editor.",
+        "the Mermaid live editor. Long runs of plain messages fold into one node, and the "
+        "chart always stays under Mermaid's default text limit (50 000 characters): when the "
+        "chat is too big, only its newest messages are drawn and the first node says how many "
+        "were left out.",
     )
     mermaid.add_argument("chat", metavar="CHAT", help="the chat id")
+    add_view_options(mermaid, depth=False)
     mermaid.set_defaults(handler=_mermaid)
 
 
@@ -198,20 +233,22 @@ async def _show(args: argparse.Namespace, env: Env) -> int:
             else:
                 print_transcript(env.out, transcript, full=args.full)
             return EXIT_OK
-        graph = await store.get_graph(args.chat)
-    if args.json:
-        env.out.json({"chat": chat.model_dump(mode="json"), **graph.model_dump(mode="json")})
-        return EXIT_OK
+        if args.json:
+            full = await store.get_graph(args.chat)
+            env.out.json({"chat": chat.model_dump(mode="json"), **full.model_dump(mode="json")})
+            return EXIT_OK
+        graph = await _graph(store, args)
     out = env.out
     title = f" · {chat.title}" if chat.title else ""
+    total = graph.message_count if isinstance(graph, GraphOutline) else len(graph.nodes)
     counts = (
-        count(len(graph.nodes), "message"),
+        count(total, "message"),
         count(len(graph.branches), "branch"),
         count(len(graph.checkpoints), "checkpoint"),
     )
     out.line(f"chat {chat.id} · user {chat.user_id}{title} · {' · '.join(counts)}", style="bold")
     out.line()
-    out.graph_tree(visualize_graph(graph))
+    out.graph_tree(visualize_graph(graph, fold=args.fold, depth=args.depth, last=args.last))
     out.heading("Branches")
     out.table(
         ["branch", "active", "head", "messages", "created"],
@@ -280,9 +317,17 @@ async def _search(args: argparse.Namespace, env: Env) -> int:
     return EXIT_OK
 
 
+async def _graph(store: SqlContextStore, args: argparse.Namespace) -> Graph | GraphOutline:
+    """What a tree or chart needs: the outline the store folds (a long chat is never loaded
+    whole), or the whole graph when every message may be drawn (--fold 0 or 1, --last)."""
+    if args.last is None and args.fold >= 2:
+        return await store._graph_outline(args.chat, fold=args.fold)
+    return await store.get_graph(args.chat)
+
+
 async def _mermaid(args: argparse.Namespace, env: Env) -> int:
     async with open_store(env) as store:
         await require_chat(store, args.chat)
-        graph = await store.get_graph(args.chat)
-    env.out.raw(graph_to_mermaid(graph) + "\n")
+        graph = await _graph(store, args)
+    env.out.raw(graph_to_mermaid(graph, fold=args.fold, last=args.last) + "\n")
     return EXIT_OK

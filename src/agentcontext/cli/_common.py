@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
@@ -120,9 +121,24 @@ class Env:
         url = f" --url '{self.shown_url}'" if self.url_explicit else ""
         return "agentcontext" + url + "".join(f" {word}" for word in words)
 
-    def missing_database(self) -> SchemaOutdatedError | None:
+    def missing_directory(self) -> NotFoundError | None:
+        """An error when the URL names an SQLite file in a directory that does not exist
+        (nothing can create the file there), else None."""
+        path = sqlite_file(self.url)
+        if path is None or path.parent.is_dir():
+            return None
+        return NotFoundError(
+            f"the directory {path.parent} does not exist, so there is no database file "
+            f"{path.name} in it; check the path in the URL, or create the directory first "
+            f"(mkdir -p {shlex.quote(str(path.parent))})"
+        )
+
+    def missing_database(self) -> ContextError | None:
         """An error when the URL names an SQLite file that does not exist (reads never create
-        one), else None."""
+        one), or one in a directory that does not exist, else None."""
+        missing = self.missing_directory()
+        if missing is not None:
+            return missing
         path = sqlite_file(self.url)
         if path is None or path.exists():
             return None
@@ -174,7 +190,7 @@ async def open_store(
         try:
             if check is not None:
                 check()
-            missing = None if write else env.missing_database()
+            missing = env.missing_directory() if write else env.missing_database()
             if missing is not None:
                 raise missing
             await store.initialize()

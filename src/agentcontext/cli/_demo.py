@@ -59,7 +59,8 @@ def register(commands: Any) -> None:
         f"TOON with its token count, and a token and cost estimate for {DEMO_MODEL}. "
         f"Writes to --url if given, else to its own SQLite file {DEMO_FILE} in the current "
         "directory, never to AGENTCONTEXT_URL or the other commands' default "
-        "(agentcontext.db). It ends with the commands that open what it stored.",
+        "(agentcontext.db). It ends with the commands that open what it stored, the "
+        "web viewer (agentcontext serve) and the documentation.",
     )
     demo.set_defaults(handler=_demo)
 
@@ -189,6 +190,12 @@ def _money(value: float | None) -> str:
     return "unknown" if value is None else f"${value:.6f}"
 
 
+EXCERPT_LINES = 8
+"""Lines shown of the Markdown, TOML and TOON prompts (the XML one is shown whole)."""
+
+DOCS_URL = "https://agentcontext.readthedocs.io"
+
+
 def explore_commands(url: str) -> list[str]:
     """The commands that open what the demo stored at `url` (password hidden)."""
     prefix = f"agentcontext --url {shlex.quote(hidden_url(url))}"
@@ -232,9 +239,17 @@ async def _run(env: Env, url: str) -> int:
         f"active branch {context.branch}: {len(resolved.messages)} messages sent to the model",
         style="dim",
     )
-    for name, lexer, rendered, estimate in estimates:
+    # The prompt in full once (XML, what the model reads by default); the other formats as
+    # their first lines, so the four can be compared without four copies of the prompt.
+    for index, (name, lexer, rendered, estimate) in enumerate(estimates):
         out.heading(f"System prompt as {name} ({estimate.system_prompt_tokens} tokens)")
-        out.code(rendered, lexer)
+        if index == 0:
+            out.code(rendered, lexer)
+            continue
+        lines = rendered.split("\n")
+        out.code("\n".join(lines[:EXCERPT_LINES]), lexer)
+        if len(lines) > EXCERPT_LINES:
+            out.line(f"… {len(lines) - EXCERPT_LINES} more lines", style="dim")
 
     out.heading(f"Prompt size per format for {DEMO_MODEL}")
     out.table(
@@ -267,4 +282,9 @@ async def _run(env: Env, url: str) -> int:
     out.heading(f"Explore what the demo stored{where}")
     for command in explore_commands(url):
         out.line(command)
+    out.line()
+    out.line("See the graph, every message and the branches in your browser:", style="bold")
+    out.line(f"agentcontext --url {shlex.quote(hidden_url(url))} serve")
+    out.line()
+    out.line(f"Documentation: {DOCS_URL} (the docs/ folder of the source)", style="dim")
     return EXIT_OK

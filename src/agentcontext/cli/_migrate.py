@@ -13,17 +13,13 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from agentcontext.cli._common import EXIT_OK, Env, new_file_removed_on_error, sqlite_file
+from agentcontext.cli._common import EXIT_OK, Env, new_file_removed_on_error
 from agentcontext.errors import (
-    ContextError,
     InvalidInputError,
     SchemaOutdatedError,
-    StoreError,
-    StoreUnavailableError,
 )
 from agentcontext.store import SqlContextStore
 from agentcontext.store import _migrate as m
-from agentcontext.store._database import is_connection_error
 
 __all__ = ["register"]
 
@@ -74,21 +70,6 @@ def register(commands: Any) -> None:
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def _translate(env: Env, exc: BaseException) -> ContextError:
-    if is_connection_error(exc):
-        reason = " ".join(str(getattr(exc, "orig", None) or exc).split()[:40])
-        path = sqlite_file(env.url)
-        if path is not None:
-            return StoreUnavailableError(
-                f"cannot open the SQLite database file {path}: {reason or type(exc).__name__}. "
-                "Check that its directory exists and is writable"
-            )
-        return StoreUnavailableError(
-            f"cannot reach the database at {env.shown_url}: {reason or type(exc).__name__}"
-        )
-    return StoreError(f"database error on {env.shown_url}: {getattr(exc, 'orig', None) or exc}")
-
-
 @asynccontextmanager
 async def _engine_of(env: Env) -> AsyncIterator[SqlContextStore]:
     """A store used only for its engine (never initialised, so nothing is migrated)."""
@@ -97,7 +78,7 @@ async def _engine_of(env: Env) -> AsyncIterator[SqlContextStore]:
         try:
             yield store
         except (SQLAlchemyError, OSError, TimeoutError) as exc:
-            raise _translate(env, exc) from exc
+            raise store.db.translate(exc) from exc
         finally:
             await store.close()
 

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from agentcontext.cli._common import EXIT_OK, Env, open_store
-from agentcontext.errors import ContextError, InvalidInputError
+from agentcontext.errors import InvalidInputError, MissingExtraError
 
 __all__ = ["is_loopback", "register"]
 
@@ -59,23 +59,33 @@ def register(commands: Any) -> None:
         metavar="PORT",
         help=f"port (default {DEFAULT_PORT})",
     )
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests addressed to NAME (repeatable); loopback names and --host "
+        "are always answered, any other Host header gets 421 (DNS-rebinding protection)",
+    )
     serve.add_argument("--user", metavar="USER", help="show only this user's chats")
     serve.set_defaults(handler=_serve)
 
 
 async def _serve(args: argparse.Namespace, env: Env) -> int:
     try:
+        import starlette  # noqa: F401
         import uvicorn
-    except ImportError:
-        raise ContextError(
-            "agentcontext serve needs the web extra: pip install 'agentcontext[web]'"
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"agentcontext serve needs {exc.name or 'the web viewer packages'}, from the web "
+            "extra: pip install 'agentcontext[web]'"
         ) from None
     from agentcontext.web import create_app
 
     if args.user is not None and not args.user:
         raise InvalidInputError("--user needs a user id")
     async with open_store(env) as store:
-        app = create_app(store, user=args.user)
+        app = create_app(store, user=args.user, allowed_hosts=[args.host, *args.allow_host])
         if not is_loopback(args.host):
             sys.stderr.write(
                 f"warning: listening on {args.host}: anyone who can reach this address can "

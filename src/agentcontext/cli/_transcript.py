@@ -1,7 +1,8 @@
 """``show CHAT --branch B [--full]``: one branch as a transcript, oldest message first.
 
 Each message gets a header line (its position, id, role and time) and its parts: texts (cut to
-one line unless ``--full``), reasoning, tool calls with their input and output, files and data.
+one line unless ``--full``), reasoning, tool calls as ``tool name(args) → result`` (a failed one
+reads ``✗ error`` and ends with ``[failed]``), files and data.
 Text a reminder inserted (the ranges in a user message's `metadata["reminders"]`) is wrapped in
 ``[reminder]`` … ``[/reminder]``; compaction summaries stored beside the branch appear after the
 last message they fold, marked as such.
@@ -15,7 +16,9 @@ from typing import Any
 
 from agentcontext.cli._output import Output, count, one_line
 from agentcontext.errors import BranchNotFoundError
+from agentcontext.reminders._core import part_ranges
 from agentcontext.store import Branch, Chat, MessageRecord, SqlContextStore
+from agentcontext.store._text import tool_line
 
 __all__ = ["Transcript", "load_transcript", "mark_reminders", "print_transcript"]
 
@@ -87,22 +90,6 @@ def mark_reminders(text: str, ranges: list[tuple[int, int]]) -> str:
     return "".join(out)
 
 
-def _reminder_ranges(metadata: object, part: int) -> list[tuple[int, int]]:
-    if not isinstance(metadata, dict):
-        return []
-    found = metadata.get("reminders")
-    if not isinstance(found, list):
-        return []
-    ranges = []
-    for item in found:
-        if not isinstance(item, dict):
-            continue
-        start, end, index = item.get("start"), item.get("end"), item.get("part", 0)
-        if isinstance(start, int) and isinstance(end, int) and index == part:
-            ranges.append((start, end))
-    return ranges
-
-
 def _short(text: str, full: bool) -> str:
     if full:
         return text
@@ -119,22 +106,16 @@ def _part_lines(part: dict[str, Any], metadata: object, index: int, full: bool) 
     kind = part.get("type")
     if kind == "text":
         text = str(part.get("text", ""))
-        ranges = _reminder_ranges(metadata, index)
+        ranges = part_ranges(metadata, index, text)
         if ranges:
             text = mark_reminders(text, ranges)
         return [_short(text, full)]
     if kind == "reasoning":
         return [f"(reasoning) {_short(str(part.get('text', '')), full)}"]
     if kind == "tool":
-        head = (
-            f"tool call {part.get('tool_name')} ({part.get('tool_call_id')}, {part.get('state')})"
-        )
-        lines = [head, f"  input: {_value(part.get('input'), full)}"]
-        if part.get("output") is not None:
-            lines.append(f"  output: {_value(part.get('output'), full)}")
-        if part.get("error"):
-            lines.append(f"  error: {_short(str(part.get('error')), full)}")
-        return lines
+        line = _short(tool_line(part), full)
+        failed = part.get("state") == "output-error" or bool(part.get("error"))
+        return [f"{line}{'  [failed]' if failed else ''}  ({part.get('tool_call_id')})"]
     if kind == "file":
         name = part.get("filename") or part.get("url") or "(inline data)"
         return [f"file {name} ({part.get('media_type')})"]

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentcontext._extras import require_extra
 from agentcontext.adapters._common import (
     FINISHED,
     file_source,
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
 
 __all__ = ["from_langchain", "to_langchain"]
+
+require_extra("langchain_core", "langchain", "agentcontext.integrations.langchain")
 
 
 def _user_content(message: Message) -> str | list[str | dict[str, Any]]:

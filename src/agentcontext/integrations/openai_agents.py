@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
+from agentcontext._extras import require_extra
 from agentcontext.adapters._common import new_id, parse_arguments
 from agentcontext.adapters.responses import items_to_parts, to_openai_responses
 from agentcontext.engine import ContextEngine
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from agents.memory.session_settings import SessionSettings
 
 __all__ = ["ITEM_KEY", "AgentContextSession", "item_to_message"]
+
+require_extra("agents", "openai-agents", "agentcontext.integrations.openai_agents")
 
 ITEM_KEY = "openai_item"
 """The key of ``Message.metadata`` that holds the SDK item a message was stored from."""

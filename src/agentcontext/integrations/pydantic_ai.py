@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentcontext._extras import require_extra
 from agentcontext.engine import ContextEngine
 from agentcontext.fragments import message as message_fragment
 from agentcontext.messages import Message, Part, ReasoningPart, TextPart, ToolPart
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from pydantic_ai.run import AgentRunResult
 
 __all__ = ["from_model_messages", "history_processor", "save_run", "to_model_messages"]
+
+require_extra("pydantic_ai", "pydantic-ai", "agentcontext.integrations.pydantic_ai")
 
 
 def _thinking(part: ReasoningPart) -> ai.ThinkingPart:
@@ -243,8 +246,9 @@ async def save_run(engine: ContextEngine, result: AgentRunResult[Any]) -> list[M
         The messages saved.
     """
     messages = from_model_messages(result.new_messages())
-    engine.set(*(message_fragment(m) for m in messages))
-    await engine.save()
+    if messages:
+        engine.set(*(message_fragment(m) for m in messages))
+        await engine.save()
     usage: Any = getattr(result, "usage", None)
     if inspect.ismethod(usage):  # a method in older pydantic-ai releases
         usage = usage()

@@ -26,8 +26,11 @@ __all__ = [
     "is_reminder",
     "reminder",
     "reminder_of",
+    "inserted_texts",
+    "part_ranges",
     "strip_reminders",
     "tag",
+    "text_ranges",
 ]
 
 ReminderTarget: TypeAlias = Literal["user", "tool-output"]
@@ -372,6 +375,98 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _utf16_index(text: str, offset: int) -> int:
+    """The index in ``text`` of a JavaScript (UTF-16 code unit) offset, clamped to the text."""
+    if offset <= 0:
+        return 0
+    if text.isascii() or all(ord(char) <= 0xFFFF for char in text):
+        return min(offset, len(text))
+    units = 0
+    for index, char in enumerate(text):
+        if units >= offset:
+            return index
+        units += 2 if ord(char) > 0xFFFF else 1
+    return len(text)
+
+
+def part_ranges(metadata: object, index: int, text: str) -> list[tuple[int, int]]:
+    """The reminder ranges recorded for text part ``index`` (whose text is ``text``), as
+    indexes into ``text``, from a message's raw ``metadata``.
+
+    Reads both kinds of record in ``metadata["reminders"]``: those this library writes
+    (``{"part", "start", "end"}``, offsets in characters) and those of the original package
+    (``{"id", "text", "target", "partIndex", "start", "end", "mode"}``, offsets in UTF-16
+    code units, as JavaScript counts them), so a chat the original stored shows and strips
+    its reminders too. Malformed records are skipped; ranges are not clamped or merged.
+    """
+    if not isinstance(metadata, Mapping):
+        return []
+    found = metadata.get(METADATA_KEY)
+    if not isinstance(found, list):
+        return []
+    ranges: list[tuple[int, int]] = []
+    for record in found:
+        if not isinstance(record, Mapping) or "field" in record or "wrapped" in record:
+            continue
+        original = "part" not in record and "partIndex" in record
+        position = _int(record.get("partIndex" if original else "part"))
+        start, end = _int(record.get("start")), _int(record.get("end"))
+        if position != index or start is None or end is None:
+            continue
+        if original:
+            start, end = _utf16_index(text, start), _utf16_index(text, end)
+        ranges.append((start, end))
+    return ranges
+
+
+def text_ranges(message: Message) -> dict[int, list[tuple[int, int]]]:
+    """The reminder ranges of each text part of ``message`` (see `part_ranges`)."""
+    found: dict[int, list[tuple[int, int]]] = {}
+    if not message.metadata or METADATA_KEY not in message.metadata:
+        return found
+    for index, part in enumerate(message.parts):
+        if isinstance(part, TextPart):
+            ranges = part_ranges(message.metadata, index, part.text)
+            if ranges:
+                found[index] = ranges
+    return found
+
+
+def inserted_texts(message: Message, target: ReminderTarget) -> list[str]:
+    """The text each recorded reminder insertion of ``target`` holds in ``message``."""
+    out: list[str] = []
+    if target == "user":
+        for position, ranges in text_ranges(message).items():
+            text_part = message.parts[position]
+            assert isinstance(text_part, TextPart)
+            out.extend(text_part.text[start:end] for start, end in ranges)
+        return out
+    for record in _records(message):
+        index = _int(record.get("part"))
+        if index is None or not 0 <= index < len(message.parts):
+            continue
+        part = message.parts[index]
+        if not isinstance(part, ToolPart):
+            continue
+        if record.get("wrapped") is True and isinstance(part.output, dict):
+            inserted = part.output.get("system_reminder")
+            if isinstance(inserted, str):
+                out.append(inserted)
+            continue
+        field = record.get("field")
+        start, end = _int(record.get("start")), _int(record.get("end"))
+        value = getattr(part, field) if field in ("output", "error") else None
+        if isinstance(value, str) and start is not None and end is not None:
+            out.append(value[start:end])
+    return out
+
+
+def _is_synthetic(message: Message) -> bool:
+    """Whether the original package made this whole message to carry a reminder."""
+    synthetic = (message.metadata or {}).get("synthetic")
+    return isinstance(synthetic, Mapping) and synthetic.get("source") == "reminder"
+
+
 def strip_reminders(message: Message) -> Message:
     """``message`` without the reminders the engine inserted: what its author wrote.
 
@@ -381,6 +476,10 @@ def strip_reminders(message: Message) -> Message:
     (``metadata`` becomes None when nothing else is left). A message without reminders comes
     back unchanged.
 
+    Records stored by the original package (``partIndex``, offsets in UTF-16 code units) are
+    read as well (see `text_ranges`), and a message the original made only to carry a
+    reminder (``metadata["synthetic"]["source"] == "reminder"``) loses its text parts.
+
     Example::
 
         for message in (await engine.resolve()).messages:
@@ -388,9 +487,15 @@ def strip_reminders(message: Message) -> Message:
     """
     if not isinstance(message, Message):
         raise ReminderError(f"strip_reminders() takes a Message, got {type(message).__name__}")
-    if message.metadata is None or METADATA_KEY not in message.metadata:
+    if message.metadata is None:
         return message
-    text_ranges: dict[int, list[tuple[int, int]]] = {}
+    if _is_synthetic(message):
+        rest = {k: val for k, val in message.metadata.items() if k != "synthetic"}
+        kept = [part for part in message.parts if not isinstance(part, TextPart)]
+        return message.model_copy(update={"parts": kept, "metadata": rest or None})
+    if METADATA_KEY not in message.metadata:
+        return message
+    texts = text_ranges(message)
     tool_ranges: dict[tuple[int, str], list[tuple[int, int]]] = {}
     unwrap: set[int] = set()
     for record in _records(message):
@@ -404,14 +509,12 @@ def strip_reminders(message: Message) -> Message:
         start, end = _int(record.get("start")), _int(record.get("end"))
         if start is None or end is None:
             continue
-        if field is None:
-            text_ranges.setdefault(index, []).append((start, end))
-        elif field in ("output", "error"):
+        if field in ("output", "error"):
             tool_ranges.setdefault((index, field), []).append((start, end))
     parts: list[Any] = []
     for index, part in enumerate(message.parts):
-        if isinstance(part, TextPart) and index in text_ranges:
-            stripped = _cut(part.text, text_ranges[index])
+        if isinstance(part, TextPart) and index in texts:
+            stripped = _cut(part.text, texts[index])
             if stripped:
                 parts.append(part.model_copy(update={"text": stripped}))
             continue

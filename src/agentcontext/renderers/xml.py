@@ -3,12 +3,19 @@
 Rules (following the original package, with its defects fixed so that the output is always
 well-formed):
 
-* A fragment is an element named after it; text is escaped (``& < > " '``). Top-level
+* A fragment is an element named after it. Text is escaped as little as XML allows, so the
+  model reads what was written: ``&`` and ``<`` become ``&amp;`` and ``&lt;``, ``>`` only in
+  ``]]>``, and a carriage return ``&#13;`` (a parser would turn it into a newline); quotes stay
+  as they are (they only matter inside attributes, which the renderer never writes). Top-level
   elements are separated by a newline: the output is a well-formed XML *fragment* (several
   root elements), so parse it inside a wrapper, ``ET.fromstring(f"<root>{xml}</root>")``.
 * Children are indented by 2 spaces per level. Text with a newline is put on its own lines,
   indented one level deeper than its tag.
 * A dict renders one child element per key; a nested fragment renders as its own element.
+* A fragment whose data is a list of exactly one text, number or dict renders as if its data
+  were that item, as in the original package: ``fragment("x", "text")`` is
+  ``<x>text</x>`` and a one-entry `glossary` holds its ``<term>`` and ``<expression>``
+  directly (a list of several keeps one element per item).
 * A list renders its items in order: a nested fragment as its own element, any other item
   in an element named after the singular of the list's name (``steps`` → ``<step>``,
   ``queries`` → ``<query>``, ``status`` → ``<status>``; see
@@ -56,8 +63,8 @@ _ASCII_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*\Z")
 _ASCII_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 _ASCII_CHAR = _ASCII_START | frozenset("0123456789.-")
 _INVALID_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
-_SPECIAL = re.compile("[&<>\"']")
-_NEEDS_ESCAPE = re.compile("[&<>\"'\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+_SPECIAL = re.compile("[&<\r]|]]>")
+_NEEDS_ESCAPE = re.compile("[&<\r\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]|]]>")
 
 
 @lru_cache(maxsize=4096)
@@ -107,9 +114,8 @@ def _escape(text: str) -> str:
         text = (
             text.replace("&", "&amp;")
             .replace("<", "&lt;")
-            .replace(">", "&gt;")
-            .replace('"', "&quot;")
-            .replace("'", "&apos;")
+            .replace("]]>", "]]&gt;")
+            .replace("\r", "&#13;")
         )
     return text
 
@@ -149,7 +155,7 @@ class XmlRenderer(ContextRenderer):
         if not self.group_fragments:
             for item in items:
                 if isinstance(item, Node):
-                    self._element(xml_name(item.name), item.value, depth, out)
+                    self._fragment(item, depth, out)
                 else:
                     self._element(item_tag, item, depth, out)
             return
@@ -160,17 +166,24 @@ class XmlRenderer(ContextRenderer):
             tag = xml_name(plural(slot.name))
             if len(slot.nodes) == 1 or tag == list_tag:
                 for node in slot.nodes:
-                    self._element(xml_name(node.name), node.value, depth, out)
+                    self._fragment(node, depth, out)
                 continue
             mark = len(out)
             pad = "  " * depth
             out.append(f"{pad}<{tag}>")
             for node in slot.nodes:
-                self._element(xml_name(node.name), node.value, depth + 1, out)
+                self._fragment(node, depth + 1, out)
             if len(out) == mark + 1:
                 out.pop()
             else:
                 out.append(f"{pad}</{tag}>")
+
+    def _fragment(self, node: Node, depth: int, out: list[str]) -> None:
+        """A fragment's element; a list of one text, number or dict renders as that item."""
+        value = node.value
+        if type(value) is list and len(value) == 1 and not isinstance(value[0], (Node, list)):
+            value = value[0]
+        self._element(xml_name(node.name), value, depth, out)
 
     def _element(self, tag: str, value: Value, depth: int, out: list[str]) -> None:
         pad = "  " * depth
@@ -188,7 +201,7 @@ class XmlRenderer(ContextRenderer):
         mark = len(out)
         out.append(f"{pad}<{tag}>")
         if isinstance(value, Node):
-            self._element(xml_name(value.name), value.value, depth + 1, out)
+            self._fragment(value, depth + 1, out)
         elif isinstance(value, dict):
             for key, item in value.items():
                 self._element(xml_name(key), item, depth + 1, out)

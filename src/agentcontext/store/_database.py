@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import shlex
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any, Literal, TypeVar
 
@@ -567,12 +568,11 @@ class Database:
 
     async def _check_same_database(self, connection: AsyncConnection, watch: _Watch) -> None:
         """Refuse a connection to another database than the store's."""
+        if connection.engine.sync_engine is self._sync_engine:
+            return  # the store's own engine (store.begin(), store.engine.begin())
         if self._memory:
             # An in-memory database is reachable only through the store's own engine (its one
-            # connection): asking it would run a unit of the store beside the caller's
-            # transaction on that connection.
-            if connection.engine.sync_engine is self._sync_engine:
-                return
+            # connection).
             theirs = connection.engine.url.render_as_string(hide_password=True)
             raise InvalidInputError(
                 f"store.using() was given a connection to another database ({theirs}) than "
@@ -580,10 +580,9 @@ class Database:
                 "engine (store.engine.begin())"
             )
         if watch.identity is None:
-            try:
-                watch.identity = await connection.run_sync(self.dialect.database_identity)
-            except (SQLAlchemyError, OSError, TimeoutError) as exc:
-                raise await self.failed(exc) from exc
+            watch.identity = await self._settled(
+                connection.run_sync(self.dialect.database_identity)
+            )
         if watch.identity != await self._own_identity():
             theirs = connection.engine.url.render_as_string(hide_password=True)
             raise InvalidInputError(
@@ -615,18 +614,56 @@ class Database:
             transaction = Transaction()
             await self._take_memory(transaction)
         try:
-            async with self.engine.connect() as conn:
+            conn = await self._connect()
+            try:
                 await conn.execution_options(**{BEGIN_OPTION: "immediate"})
                 watch = _watch(conn)
-                async with conn.begin():
-                    if transaction is not None:
-                        self._exclusive = watch.transaction
-                        watch.transaction.on_end(self._release_exclusive(watch.transaction))
-                    async with self.using(conn):
-                        yield conn
+                await self._settled(conn.begin())
+                if transaction is not None:
+                    self._exclusive = watch.transaction
+                    watch.transaction.on_end(self._release_exclusive(watch.transaction))
+                async with self.using(conn):
+                    yield conn
+                if conn.in_transaction():  # (the caller may have ended it already)
+                    await self._settled(conn.commit())
+            except BaseException:
+                if not conn.closed and conn.in_transaction():
+                    await self._settled(conn.rollback())
+                raise
+            finally:
+                await self._settled(conn.close())
         finally:
             if transaction is not None:
                 transaction.end("committed")
+
+    async def _connect(self) -> AsyncConnection:
+        """A connection of the store's engine for ``begin()``; closed again if the caller is
+        cancelled while it opens (a connection nobody checks in would be dropped by the
+        garbage collector, and with it an in-memory database)."""
+        opening: asyncio.Future[AsyncConnection] = asyncio.ensure_future(self.engine.connect())
+        try:
+            return await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            await asyncio.wait({opening}, timeout=SETTLE_SECONDS)
+            if opening.done() and not opening.cancelled() and opening.exception() is None:
+                await asyncio.shield(opening.result().close())
+            raise
+        except (SQLAlchemyError, OSError, TimeoutError) as exc:
+            raise await self.failed(exc) from exc
+
+    async def _settled(self, step: Awaitable[T]) -> T:
+        """Run a step of ``begin()`` (connect, BEGIN, COMMIT, ROLLBACK, close) to its end even
+        when the caller is cancelled meanwhile, so a connection never stays half-way through
+        one, holding SQLite's write lock or losing the in-memory database; driver errors are
+        named like every other of the store's."""
+        task: asyncio.Future[T] = asyncio.ensure_future(step)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await asyncio.wait({task}, timeout=SETTLE_SECONDS)
+            raise
+        except (SQLAlchemyError, OSError, TimeoutError) as exc:
+            raise await self.failed(exc) from exc
 
     def _release_exclusive(self, transaction: Transaction) -> Callable[[], None]:
         def release() -> None:
@@ -704,6 +741,18 @@ class Database:
                     "longer than the busy timeout (sqlite_busy_timeout); retry, or let that "
                     "process finish its write"
                 )
+        elif _names_missing_database(exc):
+            url = self.engine.url
+            words = ["createdb"]
+            for flag, value in (("-h", url.host), ("-p", url.port), ("-U", url.username)):
+                if value:
+                    words += [flag, str(value)]
+            words.append(url.database or "")
+            return StoreUnavailableError(
+                f"the database {url.database!r} does not exist on the server of {self.url}; "
+                f"create it with: {shlex.join(words)} (the store then creates its tables on "
+                "first use, or run: agentcontext migrate upgrade)"
+            )
         elif is_connection_error(exc):
             return StoreUnavailableError(
                 f"cannot reach the database at {self.url}: {reason}. Check that the server "
@@ -777,3 +826,19 @@ def _autocommit(connection: Connection) -> bool:
     if level is None:  # the engine's own level (create_engine(isolation_level=...))
         level = getattr(connection.engine.dialect, "_on_connect_isolation_level", None)
     return isinstance(level, str) and level.upper() == "AUTOCOMMIT"
+
+
+def _names_missing_database(error: BaseException) -> bool:
+    """Whether the error, or one it was raised from, is PostgreSQL's "database does not
+    exist" (SQLSTATE 3D000, invalid_catalog_name)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if getattr(current, "sqlstate", None) == "3D000" or (
+            type(current).__name__ == "InvalidCatalogNameError"
+        ):
+            return True
+        nxt = getattr(current, "orig", None) or current.__cause__ or current.__context__
+        current = nxt if isinstance(nxt, BaseException) else None
+    return False

@@ -166,8 +166,10 @@ def make_engine(url: URL, options: StoreOptions) -> AsyncEngine:
             name for name in ("connect_timeout", "command_timeout", "pgbouncer") if name in changed
         ]
         if postgres_only:
+            verb = "applies" if len(postgres_only) == 1 else "apply"
             raise InvalidInputError(
-                f"{', '.join(postgres_only)} apply to PostgreSQL only, not to an SQLite database"
+                f"{', '.join(postgres_only)} {verb} to PostgreSQL only, not to an SQLite "
+                "database: leave it out for SQLite"
             )
         return make_sqlite_engine(
             url,
@@ -186,8 +188,10 @@ def make_engine(url: URL, options: StoreOptions) -> AsyncEngine:
             name for name in ("sqlite_busy_timeout", "sqlite_synchronous") if name in changed
         ]
         if sqlite_only:
+            verb = "applies" if len(sqlite_only) == 1 else "apply"
             raise InvalidInputError(
-                f"{', '.join(sqlite_only)} apply to SQLite only, not to a PostgreSQL database"
+                f"{', '.join(sqlite_only)} {verb} to SQLite only, not to a PostgreSQL "
+                "database: leave it out for PostgreSQL"
             )
         pgbouncer = wants_pgbouncer(url, options)
         if options.command_timeout is not None:

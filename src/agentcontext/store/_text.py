@@ -8,13 +8,16 @@ keys. Data of any other shape contributes its string values (not its keys).
 from __future__ import annotations
 
 import bisect
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentcontext.store._tokenizer import iter_tokens
 
 PREVIEW_LENGTH = 50
+_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
+"""Text a reminder appended (see `agentcontext.reminder`): not what the author wrote."""
 SNIPPET_WORDS = 16
 MARK_OPEN = "<mark>"
 MARK_CLOSE = "</mark>"
@@ -137,21 +140,65 @@ def indexed_text(data: Any) -> str:
     return prefix
 
 
+def _compact_json(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+    except (TypeError, ValueError, RecursionError):
+        return str(value)
+
+
+def tool_line(part: Mapping[str, Any]) -> str:
+    """A tool call as one line: ``tool get_weather({"city": "Paris"}) → sunny``.
+
+    A call still running ends after its arguments; a failed one is marked ``✗``:
+    ``tool get_weather({"city": "Paris"}) ✗ timeout``.
+    """
+    name = part.get("tool_name")
+    args = part.get("input")
+    line = f"tool {name if isinstance(name, str) and name else '?'}"
+    line += f"({_compact_json(args) if args not in (None, {}, '') else ''})"
+    if part.get("state") == "output-error" or part.get("error"):
+        error = part.get("error")
+        return f"{line} ✗ {_compact_json(error) if error else 'failed'}"
+    if "output" in part and part.get("output") is not None:
+        return f"{line} → {_compact_json(part.get('output'))}"
+    return line
+
+
 def preview(data: Any) -> str:
-    """The text parts of a message, whitespace collapsed, cut to 50 characters plus ``…``."""
+    """What a message says, on one line, cut to 50 characters plus ``…``.
+
+    Text parts give their text, without the ``<system-reminder>`` text reminders appended;
+    a tool call reads ``tool name(args) → result`` (``✗ error``
+    when it failed), so a message that only calls a tool is never shown empty.
+    """
     parts = _parts(data)
     if parts is None:
         out: list[str] = []
         _string_values(data, out)
         raw = " ".join(out)
     else:
-        raw = " ".join(
-            part["text"]
-            for part in parts
-            if isinstance(part, dict)
-            and part.get("type") == "text"
-            and isinstance(part.get("text"), str)
-        )
+        pieces: list[str] = []
+        for part in parts:
+            if not isinstance(part, dict):
+                continue
+            if part.get("type") == "text" and isinstance(part.get("text"), str):
+                pieces.append(_REMINDER.sub(" ", part["text"]))
+            elif part.get("type") == "tool":
+                pieces.append(tool_line(part))
+        if not pieces:  # nothing to read: say what the message holds
+            kinds = [p.get("type") for p in parts if isinstance(p, dict)]
+            names = [
+                str(p.get("name")) for p in parts if isinstance(p, dict) and p.get("type") == "data"
+            ]
+            if "reasoning" in kinds:
+                pieces.append("(reasoning)")
+            if "file" in kinds:
+                pieces.append("(file)")
+            pieces.extend(f"(data {name})" for name in names)
+        raw = " ".join(pieces)
     flat = " ".join(raw.split())
     if len(flat) > PREVIEW_LENGTH:
         return flat[:PREVIEW_LENGTH].rstrip() + "…"

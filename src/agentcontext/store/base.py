@@ -11,12 +11,13 @@ from typing import Any, Protocol, Self
 from pydantic import BaseModel, ConfigDict
 
 from agentcontext._validate import dumps
-from agentcontext.errors import ChatNotFoundError, InvalidGraphError
+from agentcontext.errors import ChatNotFoundError, InvalidGraphError, InvalidInputError
 from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store.records import (
     Branch,
     BranchInfo,
     BranchState,
+    ChainPage,
     ChainRows,
     Chat,
     ChatExport,
@@ -25,12 +26,13 @@ from agentcontext.store.records import (
     ChatUpdate,
     Checkpoint,
     Graph,
+    GraphOutline,
     MessageRecord,
     ResolveRecord,
     SearchResult,
 )
 
-__all__ = ["AppendResult", "ContextStore", "EngineStore", "JoinedTransaction"]
+__all__ = ["AppendResult", "ContextStore", "EngineStore", "JoinedTransaction", "outline_of"]
 
 
 class JoinedTransaction(Protocol):
@@ -45,6 +47,35 @@ class JoinedTransaction(Protocol):
     def rolled_back(self) -> bool:
         """Whether it rolled back (everything the store wrote in it is gone)."""
         ...
+
+
+def outline_of(
+    graph: Graph, *, fold: int, keep: Sequence[str] = (), opened: Sequence[str] = ()
+) -> GraphOutline:
+    """`ContextStore._graph_outline` computed from a whole graph."""
+    from agentcontext.store._pages import fold_runs
+
+    marked = {b.head_message_id for b in graph.branches if b.head_message_id is not None}
+    marked.update(c.message_id for c in graph.checkpoints)
+    marked.update(keep)
+    shown, folds, _ = fold_runs(
+        ((node.id, node.parent_id, node.type) for node in graph.nodes),
+        marked,
+        fold=fold,
+        opened=set(opened),
+    )
+    by_id = {node.id: node for node in graph.nodes}
+    return GraphOutline(
+        chat_id=graph.chat_id,
+        nodes=sorted(
+            (by_id[node_id] for node_id in dict.fromkeys(shown)),
+            key=lambda node: (node.created_at, node.id),
+        ),
+        folds=folds,
+        branches=graph.branches,
+        checkpoints=graph.checkpoints,
+        message_count=len(graph.nodes),
+    )
 
 
 class AppendResult(BaseModel):
@@ -357,6 +388,51 @@ class ContextStore(abc.ABC):
     @abc.abstractmethod
     async def get_graph(self, chat_id: str) -> Graph:
         """Every message, branch and checkpoint of the chat."""
+
+    # --- package-internal reads for viewers (the web viewer and the CLI) ---------------------
+
+    async def _graph_outline(
+        self,
+        chat_id: str,
+        *,
+        fold: int = 6,
+        keep: Sequence[str] = (),
+        opened: Sequence[str] = (),
+    ) -> GraphOutline:
+        """The chat's graph with every linear run of ``fold`` or more messages folded into a
+        `Fold` (for viewers of long chats).
+
+        A message is part of a run when it has exactly one child, which is not a
+        compaction, and it is not a root, a compaction, a branch head, a checkpoint or in
+        ``keep``. Runs whose first message is in ``opened`` come whole. This default reads
+        the whole graph; `SqlContextStore` summarises it in SQL and reads only what is
+        drawn.
+        """
+        if isinstance(fold, bool) or not isinstance(fold, int) or fold < 2:
+            raise InvalidInputError(f"fold must be a whole number of 2 or more, got {fold!r}")
+        graph = await self.get_graph(chat_id)
+        return outline_of(graph, fold=fold, keep=keep, opened=opened)
+
+    async def _chain_page(self, chat_id: str, end_id: str, *, limit: int) -> ChainPage:
+        """At most ``limit`` messages of the chain ending at ``end_id``, root first, with their
+        positions; an id that is not a message of the chat gives an empty page.
+
+        For viewers that page through a long branch: the next, older page ends at the parent
+        of this page's first message. This default reads the whole chain; `SqlContextStore`
+        reads only the page.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidInputError(f"limit must be a whole number of 1 or more, got {limit!r}")
+        record = await self.get_message(end_id)
+        if record is None or record.chat_id != chat_id:
+            return ChainPage(messages=[], depths=[], older=False)
+        chain = await self.get_message_chain(end_id)
+        start = max(0, len(chain) - limit)
+        return ChainPage(
+            messages=chain[start:],
+            depths=list(range(start + 1, len(chain) + 1)),
+            older=start > 0,
+        )
 
     # --- blobs, snapshots, resolve records ---------------------------------------------------
 

@@ -19,6 +19,7 @@ __all__ = [
     "Branch",
     "BranchInfo",
     "BranchState",
+    "ChainPage",
     "ChainRows",
     "ChatExport",
     "ChatState",
@@ -27,8 +28,10 @@ __all__ = [
     "ChatInfo",
     "ChatUpdate",
     "Checkpoint",
+    "Fold",
     "Graph",
     "GraphNode",
+    "GraphOutline",
     "MessageRecord",
     "ResolveRecord",
     "SearchResult",
@@ -86,7 +89,9 @@ class ChatUpdate(BaseModel):
 class MessageRecord(_Record):
     """A node of the conversation graph.
 
-    ``name`` is the role for message nodes (``"user"``, ``"assistant"``, ``"system"``);
+    ``name`` is the role for message nodes (``"user"``, ``"assistant"``, ``"system"``):
+    the same value as `GraphNode.role` and ``Message.role``, under the name the original
+    package's stores use (a record is the fragment that was saved, named after it);
     ``data`` is the JSON the fragment's codec encoded.
     """
 
@@ -201,11 +206,25 @@ class GraphNode(_Record):
     parent_id: str | None
     role: str
     preview: str
-    """The message text (text parts only), at most 50 characters plus an ellipsis."""
+    """What the message says on one line: its text parts, and each tool call as
+    ``tool name(args) → result`` (``✗ error`` when it failed); at most 50 characters plus
+    an ellipsis."""
     created_at: AwareDatetime
     type: str = "message"
     """``"message"``, or ``"compaction"`` for a summary stored beside the branch by
     `ContextEngine.compact` (its parent is the last message it folds)."""
+
+
+class ChainPage(_Record):
+    """A page of a chain (`ContextStore._chain_page`): at most ``limit`` messages ending
+    at the message asked for, root first."""
+
+    messages: list[MessageRecord]
+    depths: list[int]
+    """Each message's position in its chain (the root is 1)."""
+    older: bool
+    """Whether the chain goes on before the first message (ask for the page ending at its
+    parent)."""
 
 
 class Graph(_Record):
@@ -215,6 +234,32 @@ class Graph(_Record):
     nodes: list[GraphNode]
     branches: list[BranchInfo]
     checkpoints: list[Checkpoint]
+
+
+class Fold(_Record):
+    """A linear run of messages that a `GraphOutline` shows as one node."""
+
+    first_id: str
+    last_id: str
+    count: int
+    """How many messages the run holds."""
+    child_id: str
+    """The message after the run (its last message's only child)."""
+
+
+class GraphOutline(_Record):
+    """A chat's graph with its long linear runs folded (`ContextStore._graph_outline`).
+
+    ``nodes`` holds every message that is drawn, and each fold's first and last message;
+    ``message_count`` counts every message of the chat.
+    """
+
+    chat_id: str
+    nodes: list[GraphNode]
+    folds: list[Fold]
+    branches: list[BranchInfo]
+    checkpoints: list[Checkpoint]
+    message_count: int
 
 
 class ResolveRecord(_Record):

@@ -37,6 +37,7 @@ from agentcontext.store import (
     _graph,
     _messages,
     _migrate,
+    _pages,
     _search,
     _snapshots,
     _tokenizer,
@@ -60,6 +61,7 @@ from agentcontext.store.records import (
     Branch,
     BranchInfo,
     BranchState,
+    ChainPage,
     ChainRows,
     Chat,
     ChatExport,
@@ -68,6 +70,7 @@ from agentcontext.store.records import (
     ChatUpdate,
     Checkpoint,
     Graph,
+    GraphOutline,
     MessageRecord,
     ResolveRecord,
     SearchResult,
@@ -927,6 +930,47 @@ class SqlContextStore(ContextStore):
         v.check_id(chat_id, "chat_id")
         graph: Graph = await self._run("snapshot", _graph.graph, chat_id=chat_id)
         return graph
+
+    async def _graph_outline(
+        self,
+        chat_id: str,
+        *,
+        fold: int = 6,
+        keep: Sequence[str] = (),
+        opened: Sequence[str] = (),
+    ) -> GraphOutline:
+        """See `ContextStore._graph_outline`; summarised in SQL: the rows read and decoded
+        grow with what is drawn, not with the chat."""
+        v.check_id(chat_id, "chat_id")
+        v.check_int(fold, "fold", minimum=2)
+        keep_ids = [v.check_id(item, "keep") for item in keep]
+        opened_ids = [v.check_id(item, "opened") for item in opened]
+        outline: GraphOutline = await self._run(
+            "snapshot",
+            _pages.graph_outline,
+            dialect=self._dialect,
+            chat_id=chat_id,
+            fold=fold,
+            keep=keep_ids,
+            opened=opened_ids,
+        )
+        return outline
+
+    async def _chain_page(self, chat_id: str, end_id: str, *, limit: int) -> ChainPage:
+        """See `ContextStore._chain_page`; one query that reads only the page."""
+        v.check_id(chat_id, "chat_id")
+        v.check_id(end_id, "end_id")
+        v.check_int(limit, "limit", minimum=1)
+        limit = min(limit, 1_000_000)
+        page: ChainPage = await self._run(
+            "snapshot",
+            _pages.chain_page,
+            dialect=self._dialect,
+            chat_id=chat_id,
+            end_id=end_id,
+            limit=limit,
+        )
+        return page
 
     # --- blobs, snapshots, resolve records ---------------------------------------------------
 

@@ -5,17 +5,26 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, MutableMapping
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from agentcontext.errors import ContextError, NotFoundError, StoreError
+from agentcontext.errors import (
+    ContextError,
+    InvalidInputError,
+    MissingExtraError,
+    NotFoundError,
+    SchemaOutdatedError,
+    StoreClosedError,
+    StoreError,
+    StoreUnavailableError,
+)
 from agentcontext.messages import Message, ReasoningPart, TextPart
 from agentcontext.store.base import ContextStore
-from agentcontext.store.records import Chat, ResolveRecord
+from agentcontext.store.records import Chat, ChatInfo, GraphOutline, ResolveRecord
 from agentcontext.web._html import (
     esc,
     href,
@@ -27,7 +36,7 @@ from agentcontext.web._html import (
     text_html,
     when,
 )
-from agentcontext.web._layout import layout_graph, render_svg
+from agentcontext.web._layout import FOLD_MIN, layout_graph, render_svg
 from agentcontext.web._render import message_body, message_panel
 
 if TYPE_CHECKING:
@@ -35,7 +44,13 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
-__all__ = ["CSP", "create_app"]
+__all__ = ["CSP", "LOOPBACK_HOSTS", "create_app", "host_allowed"]
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+"""Host names the viewer always answers (every ``127.x.x.x`` address too)."""
+
+_UNREADABLE = (StoreUnavailableError, StoreClosedError, SchemaOutdatedError)
+"""Store errors that mean the database cannot be read at all (503), not a damaged row."""
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -53,6 +68,9 @@ SECURITY_HEADERS = [
 ]
 
 PAGE_SIZE = 50
+MAX_ID_LENGTH = 255
+MAX_OPENED = 50
+"""At most this many runs are opened on one page (each opened run is drawn whole)."""
 TRANSCRIPT_PAGE = 200
 MAX_PAGE = 1_000_000
 _META = re.compile(r"[+-]?\d+")
@@ -71,8 +89,43 @@ class _BadRequest(Exception):
     """A request missing a parameter or with one the viewer cannot use."""
 
 
-def _secure(app: ASGIApp) -> ASGIApp:
-    """Wrap an ASGI app so every HTTP response carries the security headers."""
+def _host_name(header: str) -> str:
+    """The name of a ``Host`` header, without its port and brackets, lower-cased."""
+    host = header.strip().lower()
+    if host.startswith("["):  # [::1]:8000
+        return host[1 : host.find("]")] if "]" in host else host
+    if host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    return host.rstrip(".")
+
+
+def host_allowed(header: str | None, allowed: frozenset[str]) -> bool:
+    """Whether a request's ``Host`` header names this viewer.
+
+    Loopback names (`LOOPBACK_HOSTS`, any ``127.x.x.x``) and the names in ``allowed`` are
+    accepted; anything else (a DNS-rebinding domain that points at 127.0.0.1, say) is not.
+    """
+    if not header:
+        return False
+    name = _host_name(header)
+    if name in LOOPBACK_HOSTS or name in allowed:
+        return True
+    parts = name.split(".")
+    return len(parts) == 4 and parts[0] == "127" and all(p.isdigit() for p in parts)
+
+
+_REFUSED = (
+    b"<!doctype html><meta charset=utf-8><title>Host not allowed</title>"
+    b"<h1>Host not allowed</h1><p>This viewer only answers requests addressed to it by a "
+    b"loopback name (localhost, 127.0.0.1, [::1]) or by a name given with "
+    b"<code>agentcontext serve --host</code> or <code>--allow-host</code>. Open it at its "
+    b"own address.</p>"
+)
+
+
+def _secure(app: ASGIApp, hosts: frozenset[str] | None = None) -> ASGIApp:
+    """Wrap an ASGI app so every HTTP response carries the security headers, and (with
+    ``hosts``) requests whose ``Host`` header is not allowed get a 421 without reaching it."""
 
     async def wrapped(
         scope: MutableMapping[str, Any],
@@ -90,9 +143,32 @@ def _secure(app: ASGIApp) -> ASGIApp:
                 message = {**message, "headers": [*headers, *SECURITY_HEADERS]}
             await send(message)
 
+        if hosts is not None:
+            host = next(
+                (v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), None
+            )
+            if not host_allowed(host, hosts):
+                await send_secure(
+                    {
+                        "type": "http.response.start",
+                        "status": 421,
+                        "headers": [
+                            (b"content-type", b"text/html; charset=utf-8"),
+                            (b"content-length", str(len(_REFUSED)).encode()),
+                        ],
+                    }
+                )
+                await send_secure({"type": "http.response.body", "body": _REFUSED})
+                return
         await app(scope, receive, send_secure)
 
     return wrapped
+
+
+def _count(number: int, noun: str) -> str:
+    """``1 checkpoint``, ``2 branches``, ``0 compactions``."""
+    plural = noun + ("es" if noun.endswith(("ch", "sh", "s", "x")) else "s")
+    return f"{number} {noun if number == 1 else plural}"
 
 
 def _meta_filter(text: str) -> tuple[str, str | int | bool]:
@@ -158,6 +234,17 @@ class _Viewer:
 
     # --- chats ------------------------------------------------------------------------------
 
+    async def _list_chats(
+        self, user: str | None, metadata: dict[str, Any] | None, offset: int
+    ) -> list[ChatInfo]:
+        """A page of chats (one more than shown). The store lists a chat row it cannot decode
+        with ``ChatInfo.damaged`` set, so one damaged chat never hides the others."""
+        return list(
+            await self.store.list_chats(
+                user_id=user, metadata=metadata, limit=PAGE_SIZE + 1, offset=offset
+            )
+        )
+
     async def chats(self, request: Request) -> str:
         params = request.query_params
         user = self.user if self.user is not None else (params.get("user") or None)
@@ -165,9 +252,7 @@ class _Viewer:
         metadata = dict(_meta_filter(m) for m in metas) or None
         page_no = _int(request, "page", 1)
         query = params.get("q", "").strip()
-        chats = await self.store.list_chats(
-            user_id=user, metadata=metadata, limit=PAGE_SIZE + 1, offset=(page_no - 1) * PAGE_SIZE
-        )
+        chats = await self._list_chats(user, metadata, (page_no - 1) * PAGE_SIZE)
         more = len(chats) > PAGE_SIZE
         chats = chats[:PAGE_SIZE]
         user_field = (
@@ -196,6 +281,15 @@ class _Viewer:
                 str(c.message_count),
                 str(c.branch_count),
                 when(c.updated_at),
+            ]
+            if c.damaged is None
+            else [
+                f'{text_html(c.id)} <span class="tag failed">damaged row</span>',
+                esc(c.user_id),
+                f'<span class="muted">{text_html(preview_text(c.damaged, 160))}</span>',
+                str(c.message_count),
+                str(c.branch_count),
+                "",
             ]
             for c in chats
         ]
@@ -244,7 +338,7 @@ class _Viewer:
         chat = await self.chat(_required(request, "id"))
         opened = [o for o in request.query_params.getlist("open") if o]
         selected = request.query_params.get("m") or None
-        graph = await self.store.get_graph(chat.id)
+        graph = await self._outline(chat, opened, selected)
         layout = layout_graph(graph, opened=opened, selected=selected)
         svg = render_svg(layout, chat_id=chat.id, opened=opened, selected=selected)
         closers = ""
@@ -256,9 +350,14 @@ class _Viewer:
         if selected is not None:
             panel = await self.message_fragment(chat, selected)
         compactions = sum(1 for n in graph.nodes if n.type == "compaction")
-        counts = (
-            f"{len(graph.nodes)} messages \u00b7 {len(graph.branches)} branches \u00b7 "
-            f"{len(graph.checkpoints)} checkpoints \u00b7 {compactions} compactions"
+        counts = " \u00b7 ".join(
+            _count(number, noun)
+            for number, noun in (
+                (graph.message_count, "message"),
+                (len(graph.branches), "branch"),
+                (len(graph.checkpoints), "checkpoint"),
+                (compactions, "compaction"),
+            )
         )
         branch_rows = [
             [
@@ -312,6 +411,12 @@ class _Viewer:
         )
         return page(chat.title or chat.id, body, crumbs=self.chat_crumbs(chat))
 
+    async def _outline(self, chat: Chat, opened: list[str], selected: str | None) -> GraphOutline:
+        """The chat's graph with long runs folded, read for what the page draws only."""
+        valid = [o for o in opened if len(o) <= MAX_ID_LENGTH][:MAX_OPENED]
+        keep = [selected] if selected is not None and len(selected) <= MAX_ID_LENGTH else []
+        return await self.store._graph_outline(chat.id, fold=FOLD_MIN, keep=keep, opened=valid)
+
     async def _closers(self, chat: Chat, opened: list[str], selected: str | None) -> str:
         links = []
         for run in opened:
@@ -327,7 +432,7 @@ class _Viewer:
         chat = await self.chat(_required(request, "id"))
         opened = [o for o in request.query_params.getlist("open") if o]
         selected = request.query_params.get("m") or None
-        graph = await self.store.get_graph(chat.id)
+        graph = await self._outline(chat, opened, selected)
         layout = layout_graph(graph, opened=opened, selected=selected)
         svg = render_svg(layout, chat_id=chat.id, opened=opened, selected=selected)
         closers = await self._closers(chat, opened, selected) if opened else ""
@@ -362,44 +467,55 @@ class _Viewer:
         return page(f"message {record.id}", body, crumbs=crumbs), False
 
     async def branch_page(self, request: Request) -> str:
+        """One page of a branch's transcript, the newest page first.
+
+        Keyset paging: a page is the ``TRANSCRIPT_PAGE`` messages of the chain ending at
+        ``end`` (the branch head by default), read by one query that walks up from it, so a
+        page costs the same however long the branch is; "older" ends at the parent of the
+        page's first message.
+        """
         chat = await self.chat(_required(request, "chat"))
         name = _required(request, "name")
         branch = await self.store.get_branch(chat.id, name)
         if branch is None:
             raise _NotFound(f"chat {chat.id!r} has no branch {name!r}")
-        chain = (
-            await self.store.get_message_chain(branch.head_message_id)
-            if branch.head_message_id
-            else []
-        )
-        page_no = _int(request, "page", 1)
-        pages = max(1, -(-len(chain) // TRANSCRIPT_PAGE))
-        shown = chain[(page_no - 1) * TRANSCRIPT_PAGE : page_no * TRANSCRIPT_PAGE]
+        end = request.query_params.get("end") or branch.head_message_id
+        if end is None:
+            chunk = None
+        else:
+            chunk = await self.store._chain_page(chat.id, end, limit=TRANSCRIPT_PAGE)
+            if not chunk.messages:
+                raise _NotFound(f"there is no message {end!r} in this chat")
         turns = []
-        for offset, record in enumerate(shown):
-            number = (page_no - 1) * TRANSCRIPT_PAGE + offset + 1
+        for record, number in zip(
+            chunk.messages if chunk else [], chunk.depths if chunk else [], strict=True
+        ):
             css = "compaction" if record.type == "compaction" else esc(record.name)
             link = href("/chat", {"id": chat.id, "m": record.id})
             turns.append(
                 f'<div class="turn {css}"><div class="muted">#{number} \u00b7 '
                 f'<a href="{link}">in the graph</a></div>{message_panel(record)}</div>'
             )
-        pager = []
         base = {"chat": chat.id, "name": name}
-        if page_no > 1:
-            pager.append(
-                f'<a rel="prev" href="{href("/branch", {**base, "page": page_no - 1})}">'
-                "previous</a>"
-            )
-        pager.append(f"<span>page {page_no} of {pages}</span>")
-        if page_no < pages:
-            pager.append(
-                f'<a rel="next" href="{href("/branch", {**base, "page": page_no + 1})}">next</a>'
-            )
+        pager = []
+        if chunk is not None and end != branch.head_message_id:
+            pager.append(f'<a rel="first" href="{href("/branch", base)}">newest</a>')
+        if chunk is not None and chunk.messages:
+            first, last = chunk.depths[0], chunk.depths[-1]
+            pager.append(f"<span>messages {first}\u2013{last}</span>")
+            if chunk.older:
+                older = {**base, "end": chunk.messages[0].parent_id}
+                pager.append(f'<a rel="next" href="{href("/branch", older)}">older</a>')
         active = ' <span class="tag active">active</span>' if branch.is_active else ""
+        total = chunk.depths[-1] if chunk and end == branch.head_message_id else None
+        summary = (
+            f"{_count(total, 'message')}, root first, the newest page first"
+            if total is not None
+            else "root first"
+        )
         body = (
             f"<h1>Branch {text_html(branch.name)}{active}</h1>"
-            f'<p class="muted">{len(chain)} messages, root first</p>'
+            f'<p class="muted">{summary}</p>'
             f'<div class="pager">{"".join(pager)}</div>'
             + ("".join(turns) or '<p class="muted">This branch is empty.</p>')
             + f'<div class="pager">{"".join(pager)}</div>'
@@ -575,13 +691,27 @@ def _static(name: str) -> bytes:
     return resources.files("agentcontext.web").joinpath("static", name).read_bytes()
 
 
-def create_app(store: ContextStore | str, *, user: str | None = None) -> Starlette:
+def create_app(
+    store: ContextStore | str,
+    *,
+    user: str | None = None,
+    allowed_hosts: Collection[str] = (),
+) -> Starlette:
     """The viewer as a Starlette application.
+
+    Every response, error pages included, carries the security headers (`CSP`, no framing,
+    no sniffing, no referrer, no caching). A request whose ``Host`` header is not a loopback
+    name (``localhost``, ``127.x.x.x``, ``::1``) nor one of ``allowed_hosts`` is answered
+    421 without reaching the pages: a page on a DNS-rebinding domain that resolves to this
+    machine cannot read the chats. A row the store cannot read shows as damaged (on the chat
+    list, the others still list; on its own page, a 500 page saying what is wrong).
 
     Args:
         store: A store to read (opened and closed by the caller, on the server's event loop)
             or a database URL (the app opens it on startup, without migrating, and closes it).
         user: Show only this user's chats; every other chat answers 404.
+        allowed_hosts: More host names to answer (the name or address the server listens
+            on, when that is not a loopback one).
 
     Returns:
         The ASGI application (serve it with uvicorn).
@@ -594,8 +724,10 @@ def create_app(store: ContextStore | str, *, user: str | None = None) -> Starlet
         from starlette.responses import HTMLResponse, Response
         from starlette.routing import Route
     except ImportError:  # pragma: no cover - depends on the environment
-        raise ContextError(
-            "the web viewer needs Starlette and uvicorn: pip install 'agentcontext[web]'"
+        raise MissingExtraError(
+            "the web viewer needs Starlette and uvicorn, which are not installed: "
+            "pip install 'agentcontext[web]'",
+            name="starlette",
         ) from None
 
     viewer = _Viewer(store if isinstance(store, ContextStore) else None, user)
@@ -610,10 +742,16 @@ def create_app(store: ContextStore | str, *, user: str | None = None) -> Starlet
                 return _error(404, "Not found", exc)
             except _BadRequest as exc:
                 return _error(400, "Bad request", exc)
-            except StoreError as exc:  # the database is unreachable, closed or outdated
+            except _UNREADABLE as exc:  # the database is unreachable, closed or outdated
                 return _error(503, "The database cannot be read", exc)
+            except (StoreError, ValueError) as exc:  # a row the store cannot decode
+                if isinstance(exc, InvalidInputError):
+                    return _error(400, "Bad request", exc)
+                return _error(500, "Damaged data", exc)
             except ContextError as exc:
                 return _error(400, "Error", exc)
+            except Exception as exc:  # anything else: still a page, with its headers
+                return _error(500, "Unexpected error", exc)
 
         return endpoint
 
@@ -663,21 +801,18 @@ def create_app(store: ContextStore | str, *, user: str | None = None) -> Starlet
         Route("/record", handle(viewer.record_page), methods=methods),
         Route("/static/{name}", static, methods=methods),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
-    app.add_middleware(_SecureMiddleware)
-    return app
+    hosts = frozenset(_host_name(host) for host in allowed_hosts if host)
 
+    class _GuardedStarlette(Starlette):
+        """Starlette with the host check and the headers outermost: even the 500 page of an
+        unexpected error passes through them."""
 
-class _SecureMiddleware:
-    """Starlette middleware form of `_secure`."""
+        async def __call__(
+            self,
+            scope: MutableMapping[str, Any],
+            receive: Callable[[], Awaitable[Any]],
+            send: Callable[[Any], Awaitable[None]],
+        ) -> None:
+            await _secure(super().__call__, hosts)(scope, receive, send)
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = _secure(app)
-
-    async def __call__(
-        self,
-        scope: MutableMapping[str, Any],
-        receive: Callable[[], Awaitable[Any]],
-        send: Callable[[Any], Awaitable[None]],
-    ) -> None:
-        await self.app(scope, receive, send)
+    return _GuardedStarlette(routes=routes, lifespan=lifespan)

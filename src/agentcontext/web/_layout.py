@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from agentcontext.store.records import Graph, GraphNode
+from agentcontext.store.records import Fold, Graph, GraphNode, GraphOutline
 from agentcontext.web._html import esc, href, preview_text
 
 __all__ = ["FOLD_MIN", "Layout", "Row", "layout_graph", "render_svg"]
@@ -56,22 +56,50 @@ class Layout:
     """How many runs are folded."""
 
 
+def _unfolded(outline: GraphOutline) -> tuple[list[GraphNode], dict[str, tuple[Fold, GraphNode]]]:
+    """The outline's nodes with each fold's first message standing for its run: the last
+    message of the run is left out and the message after the run hangs from the first."""
+    by_id = {node.id: node for node in outline.nodes}
+    folds: dict[str, tuple[Fold, GraphNode]] = {}
+    skipped: set[str] = set()
+    rewired: dict[str, str] = {}
+    for fold in outline.folds:
+        if fold.first_id in by_id and fold.last_id in by_id:
+            folds[fold.first_id] = (fold, by_id[fold.last_id])
+            if fold.last_id != fold.first_id:
+                skipped.add(fold.last_id)
+            rewired[fold.child_id] = fold.first_id
+    nodes = [
+        node.model_copy(update={"parent_id": rewired[node.id]}) if node.id in rewired else node
+        for node in outline.nodes
+        if node.id not in skipped
+    ]
+    return nodes, folds
+
+
 def layout_graph(
-    graph: Graph, *, opened: Collection[str] = (), selected: str | None = None
+    graph: Graph | GraphOutline, *, opened: Collection[str] = (), selected: str | None = None
 ) -> Layout:
     """Lay out a chat's graph.
 
     Args:
-        graph: The chat's graph (`ContextStore.get_graph`).
+        graph: The chat's graph (`ContextStore.get_graph`), or its outline with the long
+            runs already folded (`ContextStore._graph_outline`, which reads only what is
+            drawn).
         opened: Ids of runs (their first message) to show unfolded.
         selected: A message to keep visible (its run is opened).
 
     Returns:
         The rows and lanes to draw.
     """
-    by_id = {node.id: node for node in graph.nodes}
+    folded: dict[str, tuple[Fold, GraphNode]] = {}
+    if isinstance(graph, GraphOutline):
+        graph_nodes, folded = _unfolded(graph)
+    else:
+        graph_nodes = graph.nodes
+    by_id = {node.id: node for node in graph_nodes}
     children: dict[str | None, list[GraphNode]] = defaultdict(list)
-    for node in graph.nodes:
+    for node in graph_nodes:
         parent = node.parent_id if node.parent_id in by_id else None
         children[parent].append(node)
 
@@ -139,6 +167,24 @@ def layout_graph(
             heapq.heappush(free, lane)
             continue
         node = item
+        if node.id in folded:  # a run the store folded already
+            fold, last = folded[node.id]
+            rows.append(
+                Row(
+                    kind="fold",
+                    node=node,
+                    lane=lane,
+                    parent_row=parent_row,
+                    count=fold.count,
+                    last=last,
+                    active=node.id in active_path,
+                )
+            )
+            folds += 1
+            kids = children.get(node.id, [])
+            if kids:
+                stack.append((kids[0], lane, len(rows) - 1))
+            continue
         # A run of plain messages starting here (a root is always drawn on its own).
         run: list[GraphNode] = []
         after = node

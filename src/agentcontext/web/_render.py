@@ -14,6 +14,8 @@ from agentcontext.messages import (
     TextPart,
     ToolPart,
 )
+from agentcontext.reminders._core import part_ranges
+from agentcontext.store._text import tool_line
 from agentcontext.store.records import MessageRecord
 from agentcontext.web._html import esc, json_html, text_html, when
 
@@ -37,30 +39,18 @@ def message_of_record(record: MessageRecord) -> Message | None:
         return None
 
 
-def reminder_ranges(metadata: Any, part: int, length: int) -> list[tuple[int, int]]:
+def reminder_ranges(metadata: Any, part: int, text: str) -> list[tuple[int, int]]:
     """The valid, non-overlapping reminder ranges of one text part, in order.
 
-    Anything malformed (not a list, not dicts, non-int bounds, out of range, overlapping) is
-    ignored rather than trusted.
+    Records of this library and of the original package are read (`part_ranges`); anything
+    malformed (not a list, not dicts, non-int bounds, out of range, overlapping) is ignored
+    rather than trusted.
     """
-    if not isinstance(metadata, dict):
-        return []
-    entries = metadata.get("reminders")
-    if not isinstance(entries, list):
-        return []
-    ranges: list[tuple[int, int]] = []
-    for entry in entries:
-        if not isinstance(entry, dict):
-            continue
-        start, end, index = entry.get("start"), entry.get("end"), entry.get("part", 0)
-        if not all(type(v) is int for v in (start, end, index)):
-            continue
-        assert isinstance(start, int)
-        assert isinstance(end, int)
-        if index != part or not 0 <= start < end <= length:
-            continue
-        ranges.append((start, end))
-    ranges.sort()
+    ranges = sorted(
+        (start, end)
+        for start, end in part_ranges(metadata, part, text)
+        if 0 <= start < end <= len(text)
+    )
     kept: list[tuple[int, int]] = []
     for start, end in ranges:
         if kept and start < kept[-1][1]:
@@ -97,7 +87,7 @@ def message_body(message: Message) -> str:
     out: list[str] = []
     for index, part in enumerate(message.parts):
         if isinstance(part, TextPart):
-            ranges = reminder_ranges(message.metadata, index, len(part.text))
+            ranges = reminder_ranges(message.metadata, index, part.text)
             out.append(_part("text", f"<pre>{text_with_reminders(part.text, ranges)}</pre>"))
         elif isinstance(part, ReasoningPart):
             out.append(
@@ -108,7 +98,13 @@ def message_body(message: Message) -> str:
                 )
             )
         elif isinstance(part, ToolPart):
-            body = f"<div>input</div>{json_html(part.input)}"
+            failed = part.state == "output-error" or part.error is not None
+            call = tool_line(part.model_dump(mode="json"))
+            mark = ' <span class="tag failed">failed</span>' if failed else ""
+            body = (
+                f'<p class="tool-call{" failed" if failed else ""}"><code>{text_html(call)}'
+                f"</code>{mark}</p><div>input</div>{json_html(part.input)}"
+            )
             if part.output is not None:
                 body += f"<div>output</div>{json_html(part.output)}"
             if part.error is not None:

@@ -1,0 +1,223 @@
+"""What a viewer's page shows, read without loading the whole chat.
+
+- `chain_page`: ``limit`` messages of the chain that ends at a message, read by a recursive
+  query that walks ``parent_id`` up from that message at most ``limit`` steps: the cost of a
+  page does not depend on the length of the chain. The next (older) page starts at the
+  parent of the page's first message: keyset paging, with no offset to count past.
+- `graph_outline`: a chat's graph with its long linear runs folded. The messages that shape
+  the drawing are *kept* (roots, leaves, forks, parents of compactions, compactions, branch
+  heads, checkpoints, the selected message); every other message has exactly one child, so
+  they form linear runs between kept messages (`fold_runs`). Only each message's id, parent
+  and type are read for the whole chat (no JSON, no text); the full rows are read, and their
+  JSON decoded, for the messages drawn only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from sqlalchemy import Connection, and_, bindparam, literal, select
+
+from agentcontext.store import _branches, _chats, _checkpoints, _rows, _text
+from agentcontext.store._dialects import Dialect
+from agentcontext.store._schema import messages as M
+from agentcontext.store.records import ChainPage, Fold, GraphNode, GraphOutline
+
+__all__ = ["chain_page", "fold_runs", "graph_outline"]
+
+_STATEMENTS: dict[str, Any] = {}
+
+
+def _statement(dialect: Dialect) -> Any:
+    found = _STATEMENTS.get(dialect.name)
+    if found is None:
+        walk = (
+            select(M.c.id, literal(1).label("n"))
+            .where(M.c.id == bindparam("end_id"), M.c.chat_id == bindparam("chat_id"))
+            .cte("walk", recursive=True)
+        )
+        parent = M.alias("p")
+        walk = walk.union_all(
+            select(parent.c.parent_id, walk.c.n + 1)
+            .join_from(walk, parent, parent.c.id == walk.c.id)
+            .where(walk.c.n < bindparam("limit"), parent.c.parent_id.is_not(None))
+        )
+        found = (
+            select(
+                M.c.id,
+                M.c.chat_id,
+                M.c.parent_id,
+                M.c.name,
+                M.c.type,
+                dialect.raw_json(M.c.data),
+                dialect.raw_time(M.c.created_at),
+                M.c.depth,
+            )
+            .join_from(walk, M, and_(M.c.id == walk.c.id, M.c.chat_id == bindparam("chat_id")))
+            .order_by(walk.c.n.desc())
+        )
+        _STATEMENTS[dialect.name] = found
+    return found
+
+
+def chain_page(
+    conn: Connection, dialect: Dialect, chat_id: str, end_id: str, limit: int
+) -> ChainPage:
+    """Up to ``limit`` messages of the chain ending at ``end_id`` (root first), with the
+    depth of each, and whether older messages come before them.
+
+    An id that is not a message of the chat gives an empty page.
+    """
+    rows = conn.execute(
+        _statement(dialect), {"end_id": end_id, "chat_id": chat_id, "limit": limit}
+    ).all()
+    decode_json, decode_time = dialect.decode_json, dialect.decode_time
+    records = [
+        _rows.message_of(
+            row[0], row[1], row[2], row[3], row[4], decode_json(row[5]), decode_time(row[6])
+        )
+        for row in rows
+    ]
+    depths = [int(row[7]) for row in rows]
+    return _rows.build(
+        ChainPage,
+        {
+            "messages": records,
+            "depths": depths,
+            "older": bool(records) and records[0].parent_id is not None,
+        },
+    )
+
+
+def fold_runs(
+    nodes: Iterable[tuple[str, str | None, str]],
+    marked: Collection[str],
+    *,
+    fold: int,
+    opened: Collection[str] = (),
+) -> tuple[list[str], list[Fold], int]:
+    """The ids to draw, the runs to fold and the number of messages, from every message's
+    ``(id, parent_id, type)`` (read once, in any order).
+
+    A message is kept (drawn) when it is a root, a compaction, in ``marked`` (branch heads,
+    checkpoints, the selected message), or when it has no child, several, or a compaction
+    child; every other message has one child and belongs to a linear run that ends at a kept
+    message. Runs of ``fold`` or more messages are folded (their first and last message are
+    returned, to label the fold) unless their first message is in ``opened``.
+    """
+    parent_of: dict[str, str | None] = {}
+    children: dict[str, int] = {}
+    always: set[str] = set(marked)  # compactions and the parents of compactions join them
+    for node_id, parent_id, kind in nodes:
+        parent_of[node_id] = parent_id
+        if parent_id is not None:
+            children[parent_id] = children.get(parent_id, 0) + 1
+            if kind == "compaction":
+                always.add(parent_id)
+                always.add(node_id)
+
+    def kept(node_id: str) -> bool:
+        parent = parent_of[node_id]
+        return (
+            parent is None
+            or parent not in parent_of
+            or node_id in always
+            or children.get(node_id, 0) != 1
+        )
+
+    shown: list[str] = []
+    folds: list[Fold] = []
+    for node_id in parent_of:
+        if not kept(node_id):
+            continue
+        shown.append(node_id)
+        run: list[str] = []
+        cursor = parent_of[node_id]
+        seen: set[str] = set()
+        while cursor is not None and cursor in parent_of and not kept(cursor):
+            if cursor in seen:
+                break  # a cycle in stored data
+            seen.add(cursor)
+            run.append(cursor)
+            cursor = parent_of[cursor]
+        if not run:
+            continue
+        run.reverse()
+        if len(run) >= fold and run[0] not in opened:
+            shown.extend((run[0], run[-1]))
+            folds.append(Fold(first_id=run[0], last_id=run[-1], count=len(run), child_id=node_id))
+        else:
+            shown.extend(run)
+    return shown, sorted(folds, key=lambda f: f.first_id), len(parent_of)
+
+
+_BATCH = 500
+
+
+def graph_outline(
+    conn: Connection,
+    dialect: Dialect,
+    chat_id: str,
+    *,
+    fold: int,
+    keep: list[str],
+    opened: list[str],
+) -> GraphOutline:
+    """The chat's graph with linear runs of ``fold`` or more messages folded (see
+    `fold_runs`), read in one transaction: every message's id, parent and type (no JSON),
+    then the full rows of the messages drawn only."""
+    _chats.require(conn, chat_id)
+    branches = _branches.list_infos(conn, chat_id)
+    checkpoints = _checkpoints.list_all(conn, chat_id)
+    marked = {b.head_message_id for b in branches if b.head_message_id is not None}
+    marked.update(point.message_id for point in checkpoints)
+    marked.update(keep)
+    links = conn.execute(select(M.c.id, M.c.parent_id, M.c.type).where(M.c.chat_id == chat_id))
+    shown, folds, count = fold_runs(
+        (tuple(row) for row in links), marked, fold=fold, opened=set(opened)
+    )
+    columns = select(
+        M.c.id,
+        M.c.parent_id,
+        M.c.name,
+        M.c.type,
+        dialect.raw_json(M.c.data),
+        dialect.raw_time(M.c.created_at),
+    )
+    decode_json, decode_time = dialect.decode_json, dialect.decode_time
+    nodes: list[GraphNode] = []
+    unique = list(dict.fromkeys(shown))
+    for start in range(0, len(unique), _BATCH):
+        batch = unique[start : start + _BATCH]
+        for node_id, parent_id, name, kind, raw, created_at in conn.execute(
+            columns.where(M.c.id.in_(batch))
+        ):
+            data = decode_json(raw)
+            if isinstance(data, _rows.Damaged):
+                raise _rows.corrupt("messages", node_id, chat_id, data.reason, what="message")
+            nodes.append(
+                _rows.build(
+                    GraphNode,
+                    {
+                        "id": node_id,
+                        "parent_id": parent_id,
+                        "role": name,
+                        "preview": _text.preview(data),
+                        "created_at": decode_time(created_at),
+                        "type": kind,
+                    },
+                )
+            )
+    nodes.sort(key=lambda node: (node.created_at, node.id))
+    return _rows.build(
+        GraphOutline,
+        {
+            "chat_id": chat_id,
+            "nodes": nodes,
+            "folds": folds,
+            "branches": branches,
+            "checkpoints": checkpoints,
+            "message_count": count,
+        },
+    )
