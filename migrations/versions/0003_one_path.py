@@ -24,7 +24,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 from agentcontext._validate import loads
-from agentcontext.store._dialects import _signature
+from agentcontext.store._dialects.postgresql import signature as _signature
 from agentcontext.store._text import search_text
 from agentcontext.store._tokenizer import tokens
 

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 from pydantic import TypeAdapter, ValidationError
 
+from agentcontext._gc import gc_paused
 from agentcontext.errors import (
     ChatNotFoundError,
     ChatOwnershipError,
@@ -25,8 +26,7 @@ from agentcontext.errors import (
 )
 from agentcontext.fragments import is_empty_assistant_placeholder
 from agentcontext.messages import Message, TextPart
-from agentcontext.store._rows import gc_paused
-from agentcontext.store.base import EngineStore, JoinedTransaction
+from agentcontext.store.protocols import ConversationStore, JoinedTransaction
 from agentcontext.store.records import (
     Branch,
     BranchInfo,
@@ -349,7 +349,7 @@ class Conversation:
 
     def __init__(
         self,
-        store: EngineStore,
+        store: ConversationStore,
         chat_id: str,
         user_id: str,
         metadata: Mapping[str, Any] | None,
@@ -400,11 +400,6 @@ class Conversation:
             self.joined = joined
 
     # --- opening ----------------------------------------------------------------------------
-
-    @property
-    def is_open(self) -> bool:
-        """Whether the chat was loaded (the first async call does it)."""
-        return self.branch is not None
 
     async def open(self) -> None:
         """Load the chat (creating it), check its owner, merge the initial metadata, and take

@@ -27,20 +27,18 @@ from dataclasses import KW_ONLY, dataclass
 
 from agentcontext import _models_catalog
 from agentcontext import _validate as v
+from agentcontext._sent import (
+    CACHE_LIMIT,
+    MESSAGE_OVERHEAD_TOKENS,
+    REPLY_PRIMING_TOKENS,
+    cached_tokens,
+    message_tokens_of,
+)
 from agentcontext._tokens import TokenCounter
 from agentcontext.errors import ContextWindowError, InvalidInputError
 from agentcontext.messages import Message
 
-__all__ = ["ContextWindow", "Fitted", "clear_token_cache", "fit"]
-
-_CACHE_LIMIT = 500_000
-_tokens_cache: dict[str, dict[str, tuple[int, int]]] = {}
-"""``tokenizer -> message id -> (content fingerprint, tokens with framing)``."""
-
-
-def clear_token_cache() -> None:
-    """Forget the counted messages (a tokenizer was registered or removed)."""
-    _tokens_cache.clear()
+__all__ = ["ContextWindow", "Fitted", "fit"]
 
 
 @dataclass(frozen=True)
@@ -129,9 +127,7 @@ def message_tokens(
 ) -> list[int]:
     """Each message's tokens as `estimate_context` counts them, framing included (0 for a
     message of which nothing is sent)."""
-    from agentcontext.estimate import MESSAGE_OVERHEAD_TOKENS, _message_tokens
-
-    cache = _tokens_cache.setdefault(counter.name, {})
+    cache = cached_tokens(counter.name)
     texts = raw.get
     lookup = cache.get
     out: list[int] = []
@@ -144,10 +140,10 @@ def message_tokens(
         if found is not None and found[0] == fingerprint:
             append(found[1])
             continue
-        counted = _message_tokens(message, index, counter.count)
+        counted = message_tokens_of(message, index, counter.count)
         tokens = counted.tokens + MESSAGE_OVERHEAD_TOKENS if counted.sent else 0
-        if len(cache) >= _CACHE_LIMIT:
-            for stale in list(cache)[: _CACHE_LIMIT // 2]:
+        if len(cache) >= CACHE_LIMIT:
+            for stale in list(cache)[: CACHE_LIMIT // 2]:
                 del cache[stale]
         cache[message_id] = (fingerprint, tokens)
         append(tokens)
@@ -171,8 +167,6 @@ def fit(
     ``keep`` holds the ids of more messages that are always sent (a compaction summary);
     ``raw`` maps stored message ids to their JSON text (a cheap content fingerprint).
     """
-    from agentcontext.estimate import MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS
-
     limit, counter = window.resolve_limit()
     budget = limit - window.reserve_output
     tokens = message_tokens(messages, counter, raw or {})

@@ -24,7 +24,6 @@ from agentcontext import _validate as v
 from agentcontext._compaction import Compaction, Summarizer
 from agentcontext._compaction import compact as compact_branch
 from agentcontext._conversation import DELETED, Conversation, decode_record
-from agentcontext._reminding import remind, without_reminders
 from agentcontext._save import SaveResult, chat_write_lock, save_turn
 from agentcontext._window import ContextWindow, fit
 from agentcontext.errors import (
@@ -51,9 +50,10 @@ from agentcontext.fragments import (
 )
 from agentcontext.lazy import LazyResolver, LoadContext, has_lazy_value
 from agentcontext.messages import Message, ResolveResult
+from agentcontext.reminders.engine import remind, without_reminders
 from agentcontext.renderers import ContextRenderer, XmlRenderer
 from agentcontext.snapshots import ContextSnapshot
-from agentcontext.store.base import ContextStore
+from agentcontext.store.protocols import EngineStore
 from agentcontext.store.records import (
     Branch,
     BranchInfo,
@@ -65,9 +65,17 @@ from agentcontext.store.records import (
     ResolveRecord,
     utcnow,
 )
-from agentcontext.usage import add_usage, normalize_usage
+from agentcontext.usage import add_usage, as_mapping, normalize_usage
 
-__all__ = ["ContextEngine", "InspectFragments", "InspectMeta", "InspectResult", "SaveResult"]
+__all__ = [
+    "Compaction",
+    "ContextEngine",
+    "ContextWindow",
+    "InspectFragments",
+    "InspectMeta",
+    "InspectResult",
+    "SaveResult",
+]
 
 _TURNS = uuid.UUID("6f0c7f5e-2b1a-4c59-9d0e-5a1f3c8b7e42")
 """Namespace of the placeholder ids of `ContextEngine.begin_turn` (derived from the user
@@ -103,22 +111,6 @@ class InspectResult(BaseModel):
     meta: InspectMeta
 
 
-def _usage_dict(usage: object) -> dict[str, Any]:
-    if isinstance(usage, Mapping):
-        return dict(usage)
-    dump = getattr(usage, "model_dump", None)
-    if callable(dump):
-        dumped = dump()
-        if isinstance(dumped, Mapping):
-            return dict(dumped)
-    if hasattr(usage, "__dict__"):
-        return {k: val for k, val in vars(usage).items() if not k.startswith("_")}
-    raise InvalidTypeError(
-        "usage must be a dict of token counts or an object with model_dump(), "
-        f"got {v.type_name(usage)}"
-    )
-
-
 def _fragment_json(fragment: ContextFragment) -> dict[str, Any]:
     """A JSON-able view of a context fragment (for inspect)."""
 
@@ -147,6 +139,21 @@ def _message_json(message: Message) -> bytes:
     return message.model_dump_json().encode("utf-8")
 
 
+_STORE_TYPES: set[type] = set()
+"""Types checked to be `EngineStore`s already (a fresh engine per request checks once)."""
+
+
+def _check_store(store: object) -> None:
+    kind = type(store)
+    if kind in _STORE_TYPES:
+        return
+    if not isinstance(store, EngineStore):
+        raise InvalidTypeError(
+            f"store must be a ContextStore (such as SqlContextStore), got {v.type_name(store)}"
+        )
+    _STORE_TYPES.add(kind)
+
+
 class ContextEngine:
     """The context of one chat for one user: system-prompt fragments and the message graph.
 
@@ -162,27 +169,28 @@ class ContextEngine:
     checks its owner, merges ``metadata`` and takes the chat's active branch (whatever its
     name).
 
-    Example::
+    For example:
 
-        context = ContextEngine(store=store, chat_id="chat-1", user_id="user-1")
-        context.set(role("You are helpful."), user("Hello!"))
-        result = await context.resolve()
-        context.set(assistant_text("Hi there!"))
-        await context.save()
+    ```python
+    context = ContextEngine(store=store, chat_id="chat-1", user_id="user-1")
+    context.set(role("You are helpful."), user("Hello!"))
+    result = await context.resolve()
+    context.set(assistant_text("Hi there!"))
+    await context.save()
+    ```
     """
 
     def __init__(
         self,
         *,
-        store: ContextStore,
+        store: EngineStore,
         chat_id: str,
         user_id: str,
         metadata: Mapping[str, Any] | None = None,
         lazy_max_depth: int = 10,
         lazy_max_items: int = 10_000,
     ) -> None:
-        if not isinstance(store, ContextStore):
-            raise InvalidTypeError(f"store must be a ContextStore, got {v.type_name(store)}")
+        _check_store(store)
         self._store = store
         checked_metadata = None if metadata is None else v.check_json_object(metadata, "metadata")
         checked_chat = v.check_id(chat_id, "chat_id")
@@ -204,7 +212,7 @@ class ContextEngine:
     # --- properties -------------------------------------------------------------------------
 
     @property
-    def store(self) -> ContextStore:
+    def store(self) -> EngineStore:
         """The store the engine writes to."""
         return self._store
 
@@ -350,7 +358,10 @@ class ContextEngine:
             fragments = await self._materialize()
             system_prompt = renderer.render(fragments)
             await self._conv.sync()
-            await remind(self, ("user", "tool-output"))
+            await remind(
+                self._conv, self._fragments, self._pending, self._resolve_pending,
+                ("user", "tool-output"),
+            )  # fmt: skip
             messages = self._compose()
             omitted: list[str] = []
             estimate: int | None = None
@@ -560,7 +571,9 @@ class ContextEngine:
                 return SaveResult(head_message_id=self.head_message_id)
             if self._conv.chain.version is None:
                 await self._conv.sync()
-            await remind(self, ("user",))
+            await remind(
+                self._conv, self._fragments, self._pending, self._resolve_pending, ("user",)
+            )
             messages = self._pending_messages()
             result = await save_turn(self._conv, messages, branch=branch)
             self._pending.clear()
@@ -875,7 +888,13 @@ class ContextEngine:
         ``total_tokens`` and ``requests`` (see `agentcontext.usage.normalize_usage`). The sum
         is taken under the store's lock, so concurrent calls never lose an update.
         """
-        raw = _usage_dict(usage)
+        mapped = as_mapping(usage)
+        if mapped is None:
+            raise InvalidTypeError(
+                "usage must be a dict of token counts or an object with model_dump(), "
+                f"got {v.type_name(usage)}"
+            )
+        raw = dict(mapped)
         if isinstance(usage, Mapping):
             v.check_json(raw, "usage")  # a caller's dict: refuse what JSON cannot hold
         increment = normalize_usage(raw)

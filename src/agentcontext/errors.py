@@ -31,7 +31,6 @@ __all__ = [
     "ModelNotFoundError",
     "NotFoundError",
     "SchemaOutdatedError",
-    "SearchQueryError",
     "SerializationError",
     "SnapshotError",
     "StoreClosedError",
@@ -65,10 +64,6 @@ class SerializationError(InvalidInputError):
     values nested too deeply, self-containing values, objects JSON cannot represent, and
     serialized fragments of an unknown type.
     """
-
-
-class SearchQueryError(InvalidInputError):
-    """An advanced full-text query has a syntax error. Plain queries never raise this."""
 
 
 # --- lookups ---------------------------------------------------------------------------------

@@ -5,14 +5,16 @@ system prompt (a renderer turns them into XML, Markdown, TOML or TOON); message 
 (``type="message"``) are the conversation and carry a codec that gives back a
 `Message`.
 
-The builders return ready-made fragments::
+The builders return ready-made fragments:
 
-    role("You are a SQL expert.")
-    hint("Use CTEs for complex queries.")
-    term("NPL", "non-performing loan")
-    guardrail("Never expose PII", reason="GDPR")      # None optionals are left out of data
-    fragment("database", hint("PostgreSQL 15"), hint("Tables: users, orders"))
-    user("Hello!")                                   # a message fragment
+```python
+role("You are a SQL expert.")
+hint("Use CTEs for complex queries.")
+term("NPL", "non-performing loan")
+guardrail("Never expose PII", reason="GDPR")      # None optionals are left out of data
+fragment("database", hint("PostgreSQL 15"), hint("Tables: users, orders"))
+user("Hello!")                                   # a message fragment
+```
 
 Fragments are immutable (frozen dataclasses); use `dataclasses.replace` to change one.
 """
@@ -255,9 +257,11 @@ def _pruned(**fields: FragmentData) -> dict[str, FragmentData]:
 def fragment(name: str, *children: FragmentData) -> ContextFragment:
     """A fragment named ``name`` whose data is the list of ``children``.
 
-    Example::
+    For example:
 
-        fragment("database", hint("PostgreSQL 15"), hint("Tables: users, orders"))
+    ```python
+    fragment("database", hint("PostgreSQL 15"), hint("Tables: users, orders"))
+    ```
     """
     return ContextFragment(name=name, data=list(children))
 

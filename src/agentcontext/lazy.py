@@ -11,12 +11,14 @@ A fragment's data, or any value nested in it, may be *lazy*:
   stable); a non-``dict`` mapping becomes a ``dict`` of its pairs when every key is a
   ``str``, otherwise a list of ``[key, value]`` pairs; anything else becomes a list.
 
-Example::
+For example:
 
-    async def open_tickets(ctx: LoadContext) -> list[str]:
-        return await ctx.engine.store_of_tickets.titles()   # anything async
+```python
+async def open_tickets(ctx: LoadContext) -> list[str]:
+    return await ctx.engine.store_of_tickets.titles()   # anything async
 
-    context.set(fragment("tickets", open_tickets), hint(lambda: f"Today is {date.today()}"))
+context.set(fragment("tickets", open_tickets), hint(lambda: f"Today is {date.today()}"))
+```
 
 `LazyResolver` is the step the engine runs before rendering, estimating or
 inspecting. It materialises all lazy values concurrently (``asyncio.gather``), each lazy

@@ -126,9 +126,11 @@ Part = Annotated[
 class Message(BaseModel):
     """One message of a conversation.
 
-    Example::
+    For example:
 
-        Message(id="m1", role="user", parts=[TextPart(text="Hello!")])
+    ```python
+    Message(id="m1", role="user", parts=[TextPart(text="Hello!")])
+    ```
     """
 
     model_config = ConfigDict(frozen=True)

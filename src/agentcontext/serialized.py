@@ -1,38 +1,38 @@
 """Serialized fragments: every built-in fragment as a plain JSON-able dict, and back.
 
 `from_fragment` turns a fragment into ``{"type": <name>, ...fields}`` and
-`to_fragment` turns such a dict back into the fragment, exactly::
+`to_fragment` turns such a dict back into the fragment, exactly:
 
-    from_fragment(term("NPL", "non-performing loan"))
-    # {"type": "term", "name": "NPL", "definition": "non-performing loan"}
-    to_fragment({"type": "hint", "text": "Use CTEs"}) == hint("Use CTEs")
+```python
+from_fragment(term("NPL", "non-performing loan"))
+# {"type": "term", "name": "NPL", "definition": "non-performing loan"}
+to_fragment({"type": "hint", "text": "Use CTEs"}) == hint("Use CTEs")
+```
 
 The built-in types and their fields (``?`` marks an optional field, left out when None):
 
-=============== ======================================================================
-type            fields
-=============== ======================================================================
-role            content
-hint            text
-term            name, definition
-guardrail       rule, reason?, action?
-explain         concept, explanation, therefore?
-example         question, answer, note?
-clarification   when, ask, reason
-workflow        task, steps (list of str), triggers? (list of str), notes?
-quirk           issue, workaround
-style_guide     prefer, never?, always?   (``styleGuide`` is accepted as input too)
-analogy         concepts (list of str), relationship, insight?, therefore?, pitfall?
-glossary        entries (dict of str to str)
-principle       title, description, policies? (list of values)
-policy          rule, before?, reason?, policies? (list of values)
-identity        name?, role?
-persona         name, role?, objective?, tone?
-alias           term, meaning
-preference      aspect, value
-correction      subject, clarification
-fragment        name, children (list of values) | data (a value), id?, persist?, metadata?
-=============== ======================================================================
+| type | fields |
+|---|---|
+| role | content |
+| hint | text |
+| term | name, definition |
+| guardrail | rule, reason?, action? |
+| explain | concept, explanation, therefore? |
+| example | question, answer, note? |
+| clarification | when, ask, reason |
+| workflow | task, steps (list of str), triggers? (list of str), notes? |
+| quirk | issue, workaround |
+| style_guide | prefer, never?, always?   (``styleGuide`` is accepted as input too) |
+| analogy | concepts (list of str), relationship, insight?, therefore?, pitfall? |
+| glossary | entries (dict of str to str) |
+| principle | title, description, policies? (list of values) |
+| policy | rule, before?, reason?, policies? (list of values) |
+| identity | name?, role? |
+| persona | name, role?, objective?, tone? |
+| alias | term, meaning |
+| preference | aspect, value |
+| correction | subject, clarification |
+| fragment | name, children (list of values) or data (a value), id?, persist?, metadata? |
 
 A *value* is a JSON primitive, a list of values, a dict of values, or a serialized fragment
 (a dict with a string ``"type"``). A plain dict that has a string ``"type"`` key of its own is
@@ -161,17 +161,19 @@ FromFragment = Callable[[ContextFragment], "Mapping[str, Any] | None"]
 class FragmentRegistry:
     """Custom serialized fragment types.
 
-    Example::
+    For example:
 
-        registry = FragmentRegistry()
-        registry.register(
-            "callout",
-            to_fragment=lambda s: ContextFragment(name="callout", data=s["text"]),
-            from_fragment=lambda f: (
-                {"type": "callout", "text": f.data} if f.name == "callout" else None
-            ),
-        )
-        to_fragment({"type": "callout", "text": "Hi"}, registry=registry)
+    ```python
+    registry = FragmentRegistry()
+    registry.register(
+        "callout",
+        to_fragment=lambda s: ContextFragment(name="callout", data=s["text"]),
+        from_fragment=lambda f: (
+            {"type": "callout", "text": f.data} if f.name == "callout" else None
+        ),
+    )
+    to_fragment({"type": "callout", "text": "Hi"}, registry=registry)
+    ```
 
     ``to_fragment`` receives the serialized dict; ``from_fragment`` receives any fragment
     being serialized and returns its dict, or None when it does not handle it (entries are

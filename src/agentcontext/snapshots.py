@@ -3,13 +3,15 @@
 Modelled on the ``git-internal`` crate's ``ContextSnapshot``. Every item points at its
 content by SHA-256 (``blob``); the store keeps each distinct content once, however many
 snapshots or chats use it. A snapshot is built in memory, then stored with
-``await context.snapshot(snapshot)``; a stored snapshot is immutable::
+``await context.snapshot(snapshot)``; a stored snapshot is immutable:
 
-    snap = ContextSnapshot(selection=SelectionStrategy.EXPLICIT, summary="files for the fix")
-    snap.add_file("src/app.py", source_text)
-    snap.add_command("pytest -q", output)
-    stored = await context.snapshot(snap)          # attached to the chat and its head
-    context.set(snapshot_fragment(stored, content="preview"))
+```python
+snap = ContextSnapshot(selection=SelectionStrategy.EXPLICIT, summary="files for the fix")
+snap.add_file("src/app.py", source_text)
+snap.add_command("pytest -q", output)
+stored = await context.snapshot(snap)          # attached to the chat and its head
+context.set(snapshot_fragment(stored, content="preview"))
+```
 """
 
 from __future__ import annotations

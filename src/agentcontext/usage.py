@@ -33,7 +33,7 @@ from typing import Any
 
 from agentcontext.errors import InvalidInputError, InvalidTypeError
 
-__all__ = ["USAGE_KEYS", "add_usage", "normalize_usage"]
+__all__ = ["USAGE_KEYS", "add_usage", "as_mapping", "normalize_usage"]
 
 USAGE_KEYS = (
     "input_tokens",
@@ -50,7 +50,8 @@ _CAMEL_KEYS = frozenset(
 )
 
 
-def _as_mapping(value: Any) -> Mapping[str, Any] | None:
+def as_mapping(value: Any) -> Mapping[str, Any] | None:
+    """A usage object (an SDK's pydantic model, a dataclass, a dict) as a mapping, or None."""
     if value is None:
         return None
     if isinstance(value, Mapping):
@@ -83,7 +84,7 @@ def _count(source: Mapping[str, Any] | None, key: str) -> int | float:
 
 
 def _nested(source: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
-    return _as_mapping(source.get(key))
+    return as_mapping(source.get(key))
 
 
 def normalize_usage(usage: Any) -> dict[str, int | float]:
@@ -101,7 +102,7 @@ def normalize_usage(usage: Any) -> dict[str, int | float]:
         InvalidTypeError: ``usage`` is neither a mapping nor an object with fields.
         InvalidInputError: A count is not a finite, non-negative number.
     """
-    source = _as_mapping(usage)
+    source = as_mapping(usage)
     if source is None:
         raise InvalidTypeError(
             "usage must be a dict of token counts or an SDK usage object (anything with "

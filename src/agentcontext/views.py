@@ -316,16 +316,18 @@ def visualize_graph(
     with ``├──`` and indented by ``│``, and the line that continues (the active path, else the
     oldest child) goes on at the same indent.
 
-    Example::
+    For example:
 
-        [chat: chat-001]
+    ```python
+    [chat: chat-001]
 
-        m1 (user): "Hello"
-        m2 (assistant): "Hi there" {greeted}
-        ├── m3 (user): "What is 2+2?" <- [main]
-        m4 (user): "Tell me a joke" <- [main-v2 *]
+    m1 (user): "Hello"
+    m2 (assistant): "Hi there" {greeted}
+    ├── m3 (user): "What is 2+2?" <- [main]
+    m4 (user): "Tell me a joke" <- [main-v2 *]
 
-        Legend: * = active branch, {...} = checkpoint, … = folded messages
+    Legend: * = active branch, {...} = checkpoint, … = folded messages
+    ```
 
     A run of ``fold`` or more plain messages in a row is one line
     ``… 511 messages (first8 … last8)``; side branches nested deeper than ``depth`` are one

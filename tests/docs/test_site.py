@@ -54,6 +54,26 @@ def test_no_page_shows_a_raw_rest_role(site: Path) -> None:
     assert REST_ROLE.search("<p>see :class:<code>Chat</code></p>")
 
 
+def test_no_page_shows_a_literal_block_marker_or_a_raw_rest_table(site: Path) -> None:
+    """Docstrings are Markdown: a reST literal block (``Example::``) renders as a literal
+    ``::``, and a reST table as lines of ``====``."""
+    found = {}
+    marker = re.compile(r"::</p>|::\s*</p>|(?:^|>)=====+ =====+")
+    for page in sorted(site.rglob("*.html")):
+        hits = marker.findall(page.read_text(encoding="utf-8"))
+        if hits:
+            found[page.relative_to(site).as_posix()] = hits[:3]
+    assert found == {}
+    # And in the sources, where the reference pages come from.
+    sources = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "src").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\S::\s*$", line) or re.match(r"\s*=====+ =====+\s*$", line)
+    ]
+    assert sources == []
+
+
 def test_the_production_page_covers_operations(site: Path) -> None:
     html = (site / "production/index.html").read_text(encoding="utf-8")
     for topic in (

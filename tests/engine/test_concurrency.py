@@ -15,7 +15,7 @@ import pytest
 
 from agentcontext import ContextEngine, assistant_text, user
 from agentcontext.store import SqlContextStore
-from agentcontext.store.base import AppendResult
+from agentcontext.store.records import AppendResult
 
 ENGINES = 8
 TURNS = 25

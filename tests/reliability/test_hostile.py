@@ -45,7 +45,6 @@ from agentcontext import (
     ContextItem,
     ContextSnapshot,
     DataPart,
-    ExportedBlob,
     InMemoryContextStore,
     InvalidGraphError,
     InvalidInputError,
@@ -73,7 +72,7 @@ from agentcontext import (
     user,
 )
 from agentcontext._validate import MAX_MESSAGE_BYTES
-from agentcontext.store import _schema
+from agentcontext.store import ExportedBlob, _schema
 from agentcontext.store._text import INDEXED_BYTES
 from tests.helpers import rec
 
@@ -1613,6 +1612,7 @@ WRONG: dict[str, tuple[object, ...]] = {
     "Summarizer": (None, "summarize", 42),
     "ContextFragment": (None, "text", 42, Message(id="m", role="user")),
     "ContextStore": (None, "sqlite+aiosqlite://", 42),
+    "EngineStore": (None, "sqlite+aiosqlite://", 42),
     "Mapping[str, Any] | Any": (None, 42, "text", [1]),
     "str | URL | AsyncEngine": (None, 42, b"bytes"),
     "MigrateMode": (None, 1.5, ["auto"]),

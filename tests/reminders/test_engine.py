@@ -16,7 +16,6 @@ from agentcontext import (
     TextPart,
     ToolPart,
     XmlRenderer,
-    _reminding,
     after_turn,
     all_of,
     assistant,
@@ -35,6 +34,7 @@ from agentcontext import (
     user,
     workflow,
 )
+from agentcontext.reminders import engine as reminders_engine
 from agentcontext.reminders._core import append_to_message
 from agentcontext.store import SqlContextStore
 from tests.engine.conftest import EngineFactory
@@ -414,7 +414,7 @@ async def test_elapsed_counts_from_the_last_stored_message(
     assert head is not None
     for seconds, fires in ((59.999, False), (60, True), (3600, True)):
         moment = head.created_at + timedelta(seconds=seconds)
-        monkeypatch.setattr(_reminding, "_now", lambda moment=moment: moment)
+        monkeypatch.setattr(reminders_engine, "_now", lambda moment=moment: moment)
         engine.clear_pending()
         engine.set(user("turn 2"))
         assert ("welcome back" in await last_text(engine)) is fires, seconds

@@ -38,7 +38,8 @@ from agentcontext import (
     reminder,
     user,
 )
-from agentcontext.store._dialects import make_postgres_engine
+from agentcontext.store._dialects import PostgresDialect
+from agentcontext.store._options import StoreOptions
 from tests.conftest import fresh_pg_database, require_postgres
 
 BACKENDS = ["sqlite", "postgres", "pgbouncer", "memory"]
@@ -82,12 +83,8 @@ def app_engine_for(store: SqlContextStore, url: str) -> AsyncEngine | None:
         return None  # an in-memory database is reachable only through the store's engine
     parsed = make_url(url)
     if parsed.query.get("pgbouncer"):
-        return make_postgres_engine(
-            parsed.difference_update_query(["pgbouncer"]),
-            connect_timeout=10,
-            pgbouncer=True,
-            kwargs={},
-        )
+        options = StoreOptions(pgbouncer=True)
+        return PostgresDialect.from_url(parsed, options).make_engine(parsed, options, {})
     return create_async_engine(url)
 
 

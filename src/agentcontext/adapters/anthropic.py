@@ -29,7 +29,7 @@ import binascii
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Required, TypedDict, cast
 
-from agentcontext.adapters._common import (
+from agentcontext.adapters.shared import (
     assistant_steps,
     file_label,
     file_source,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from agentcontext.adapters._common import (
+from agentcontext.adapters.shared import (
     FINISHED,
     file_label,
     file_source,

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     handler = cast(Handler, args.handler)
 
     async def run() -> int:
-        from agentcontext.store._database import driver_threads, settle_driver_threads
+        from agentcontext.store.admin import driver_threads, settle_driver_threads
 
         before = driver_threads()
         try:

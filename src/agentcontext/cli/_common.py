@@ -23,6 +23,7 @@ from agentcontext.errors import (
     StoreUnavailableError,
 )
 from agentcontext.store import SqlContextStore
+from agentcontext.store.admin import database_file
 
 __all__ = [
     "DEFAULT_URL",
@@ -87,14 +88,8 @@ def hidden_url(url: str) -> str:
 
 
 def sqlite_file(url: str) -> Path | None:
-    """The file an SQLite URL names, or None (another backend, in-memory, or a URI)."""
-    parsed = parse_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return None
-    database = parsed.database or ""
-    if database in ("", ":memory:") or database.startswith("file:"):
-        return None
-    return Path(database)
+    """The file a database URL names (SQLite), or None (another backend, in memory, a URI)."""
+    return database_file(str(parse_url(url).render_as_string(hide_password=False)))
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from agentcontext.errors import (
     SchemaOutdatedError,
 )
 from agentcontext.store import SqlContextStore
-from agentcontext.store import _migrate as m
+from agentcontext.store import admin as m
 
 __all__ = ["register"]
 

@@ -14,11 +14,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from agentcontext._display import tool_line
 from agentcontext.cli._output import Output, count, one_line
 from agentcontext.errors import BranchNotFoundError
-from agentcontext.reminders._core import part_ranges
+from agentcontext.reminders import part_ranges
 from agentcontext.store import Branch, Chat, MessageRecord, SqlContextStore
-from agentcontext.store._text import tool_line
 
 __all__ = ["Transcript", "load_transcript", "mark_reminders", "print_transcript"]
 

@@ -21,8 +21,7 @@ from agentcontext.errors import (
     NotFoundError,
 )
 from agentcontext.store import ChatExport
-from agentcontext.store._checks import new_id
-from agentcontext.store._transfer import check_export
+from agentcontext.store.admin import check_export, new_id
 
 __all__ = ["export_text", "register", "renamed"]
 

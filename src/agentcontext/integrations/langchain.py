@@ -7,11 +7,13 @@
 user message per ``HumanMessage`` and one assistant message for everything the model did
 until the next one.
 
-Example::
+For example:
 
-    resolved = await context.resolve()
-    reply = await chat_model.ainvoke(to_langchain(resolved.messages, resolved.system_prompt))
-    context.set(*(message(m) for m in from_langchain([reply])))
+```python
+resolved = await context.resolve()
+reply = await chat_model.ainvoke(to_langchain(resolved.messages, resolved.system_prompt))
+context.set(*(message(m) for m in from_langchain([reply])))
+```
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentcontext._extras import require_extra
-from agentcontext.adapters._common import (
+from agentcontext.adapters.shared import (
     FINISHED,
     file_source,
     has_text,

@@ -12,11 +12,13 @@ The graph keeps its promises: ``pop_item()`` moves the head back to the parent (
 at the parent, as ``rewind`` does) instead of deleting the node, and ``clear_session()``
 starts an empty branch with the history kept on the old one.
 
-Example::
+For example:
 
-    async with SqlContextStore("sqlite+aiosqlite:///agents.db") as store:
-        session = AgentContextSession("chat-1", store=store, user_id="user-1")
-        result = await Runner.run(agent, "Hello!", session=session)
+```python
+async with SqlContextStore("sqlite+aiosqlite:///agents.db") as store:
+    session = AgentContextSession("chat-1", store=store, user_id="user-1")
+    result = await Runner.run(agent, "Hello!", session=session)
+```
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 from agentcontext._extras import require_extra
-from agentcontext.adapters._common import new_id, parse_arguments
 from agentcontext.adapters.responses import items_to_parts, to_openai_responses
+from agentcontext.adapters.shared import new_id, parse_arguments
 from agentcontext.engine import ContextEngine
 from agentcontext.errors import InvalidInputError, InvalidTypeError
 from agentcontext.fragments import message as message_fragment

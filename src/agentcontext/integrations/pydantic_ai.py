@@ -7,13 +7,15 @@ history, `from_model_messages` turns a run's new messages back into agentcontext
 finished tool calls). `history_processor` gives an agent the stored chat as its history on
 every model request, and `save_run` stores what a run added and sums its usage.
 
-Example::
+For example:
 
-    context = ContextEngine(store=store, chat_id="chat-1", user_id="user-1")
-    processor = ProcessHistory(history_processor(context))  # pydantic_ai.capabilities
-    agent = Agent(model, tools=[get_weather], capabilities=[processor])
-    result = await agent.run("What's the weather in Paris?")
-    await save_run(context, result)
+```python
+context = ContextEngine(store=store, chat_id="chat-1", user_id="user-1")
+processor = ProcessHistory(history_processor(context))  # pydantic_ai.capabilities
+agent = Agent(model, tools=[get_weather], capabilities=[processor])
+result = await agent.run("What's the weather in Paris?")
+await save_run(context, result)
+```
 
 Reasoning keeps what providers need back: a ``ThinkingPart``'s ``id`` is the reasoning's
 ``item_id`` and its ``signature`` the Anthropic ``signature`` (or, for OpenAI, the

@@ -5,13 +5,15 @@ prompt: when the engine resolves (or saves without a resolve first), every remin
 predicate holds is appended to the outgoing user message, or to the latest tool result
 (``target="tool-output"``), as ``<system-reminder>…</system-reminder>``. The amended message is
 what is sent and what is saved; the inserted ranges are kept in its ``metadata["reminders"]``
-so an interface can hide them with `strip_reminders`::
+so an interface can hide them with `strip_reminders`:
 
-    engine.set(
-        reminder("Re-read the plan before you continue.", when=every_n_turns(5)),
-        reminder("Try another approach.", when=tool_failed("bash", streak=3)),
-        reminder("Welcome back!", when=elapsed(3600), once="welcome-back"),
-    )
+```python
+engine.set(
+    reminder("Re-read the plan before you continue.", when=every_n_turns(5)),
+    reminder("Try another approach.", when=tool_failed("bash", streak=3)),
+    reminder("Welcome back!", when=elapsed(3600), once="welcome-back"),
+)
+```
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from agentcontext.reminders._core import (
     ReminderTarget,
     ReminderText,
     is_reminder,
+    part_ranges,
     reminder,
     strip_reminders,
 )
@@ -58,6 +61,7 @@ __all__ = [
     "is_reminder",
     "message_matches",
     "not_",
+    "part_ranges",
     "reminder",
     "strip_reminders",
     "tokens_over",

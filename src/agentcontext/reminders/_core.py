@@ -220,10 +220,12 @@ def reminder(
         ReminderError: empty text, a message fragment, a bad target, a predicate that is not
             callable or an empty ``once`` id.
 
-    Example::
+    For example:
 
-        engine.set(reminder("Stay on the task.", when=every_n_turns(5)))
-        engine.set(reminder("Welcome back!", when=elapsed(3600), once="welcome-back"))
+    ```python
+    engine.set(reminder("Stay on the task.", when=every_n_turns(5)))
+    engine.set(reminder("Welcome back!", when=elapsed(3600), once="welcome-back"))
+    ```
     """
     text: str | Callable[[ReminderContext], str | Awaitable[str]]
     if isinstance(text_or_fragment, ContextFragment):
@@ -480,10 +482,12 @@ def strip_reminders(message: Message) -> Message:
     read as well (see `text_ranges`), and a message the original made only to carry a
     reminder (``metadata["synthetic"]["source"] == "reminder"``) loses its text parts.
 
-    Example::
+    For example:
 
-        for message in (await engine.resolve()).messages:
-            show(strip_reminders(message).text)
+    ```python
+    for message in (await engine.resolve()).messages:
+        show(strip_reminders(message).text)
+    ```
     """
     if not isinstance(message, Message):
         raise ReminderError(f"strip_reminders() takes a Message, got {type(message).__name__}")

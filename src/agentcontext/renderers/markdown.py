@@ -64,12 +64,14 @@ def _scalar_text(value: str | int | float | bool, depth: int) -> str:
 class MarkdownRenderer(ContextRenderer):
     """Render fragments as Markdown sections and bullet lists (see the module docs).
 
-    Example::
+    For example:
 
-        MarkdownRenderer().render([term("LTV", "Lifetime Value")])
-        # ## Term
-        # - **name**: LTV
-        # - **definition**: Lifetime Value
+    ```python
+    MarkdownRenderer().render([term("LTV", "Lifetime Value")])
+    # ## Term
+    # - **name**: LTV
+    # - **definition**: Lifetime Value
+    ```
 
     Args:
         group_fragments: Gather same-named sibling fragments under a plural heading.

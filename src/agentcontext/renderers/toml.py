@@ -106,10 +106,6 @@ def _key(key: str) -> str:
     return key if _BARE_KEY.match(key) else _string(key)
 
 
-def _is_table(value: TomlValue) -> bool:
-    return isinstance(value, dict)
-
-
 def _inline(value: TomlValue, depth: int, multiline: bool) -> str:
     """A value written inline; arrays of tables or arrays span lines when ``multiline``."""
     if isinstance(value, str):
@@ -150,14 +146,16 @@ def _table(path: str, table: dict[str, TomlValue], out: list[str]) -> None:
 class TomlRenderer(ContextRenderer):
     """Render fragments as a TOML document (see the module docs for every rule).
 
-    Example::
+    For example:
 
-        TomlRenderer().render([hint("Use CTEs"), term("LTV", "Lifetime Value")])
-        # hint = "Use CTEs"
-        #
-        # [term]
-        # name = "LTV"
-        # definition = "Lifetime Value"
+    ```python
+    TomlRenderer().render([hint("Use CTEs"), term("LTV", "Lifetime Value")])
+    # hint = "Use CTEs"
+    #
+    # [term]
+    # name = "LTV"
+    # definition = "Lifetime Value"
+    ```
 
     Args:
         group_fragments: Accepted so that every renderer takes the same options; it changes

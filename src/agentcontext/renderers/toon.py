@@ -104,10 +104,6 @@ def _scalar(value: str | int | float | bool) -> str:
     return str(value)
 
 
-def _is_scalar(value: Value) -> bool:
-    return isinstance(value, (str, int, float))
-
-
 def _table_fields(items: list[Value]) -> list[str] | None:
     """The fields of a uniform list of dicts with scalar values, or None."""
     first = items[0]
@@ -127,13 +123,15 @@ def _table_fields(items: list[Value]) -> list[str] | None:
 class ToonRenderer(ContextRenderer):
     """Render fragments as TOON (see the module docs for every rule).
 
-    Example::
+    For example:
 
-        ToonRenderer().render([fragment("users", {"id": 1, "name": "Ada"},
-                                                 {"id": 2, "name": "Bob"})])
-        # users[2]{id,name}:
-        #   1,Ada
-        #   2,Bob
+    ```python
+    ToonRenderer().render([fragment("users", {"id": 1, "name": "Ada"},
+                                             {"id": 2, "name": "Bob"})])
+    # users[2]{id,name}:
+    #   1,Ada
+    #   2,Bob
+    ```
 
     Args:
         group_fragments: Accepted so that every renderer takes the same options; it changes

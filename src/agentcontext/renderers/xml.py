@@ -123,11 +123,13 @@ def _escape(text: str) -> str:
 class XmlRenderer(ContextRenderer):
     """Render fragments as XML elements (see the module docs for every rule).
 
-    Example::
+    For example:
 
-        XmlRenderer().render([role("You are a SQL expert."), hint("Use CTEs.")])
-        # <role>You are a SQL expert.</role>
-        # <hint>Use CTEs.</hint>
+    ```python
+    XmlRenderer().render([role("You are a SQL expert."), hint("Use CTEs.")])
+    # <role>You are a SQL expert.</role>
+    # <hint>Use CTEs.</hint>
+    ```
 
     Args:
         group_fragments: Gather same-named sibling fragments under a plural element.

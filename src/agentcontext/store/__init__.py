@@ -8,8 +8,17 @@ is `EngineStore`.
 from __future__ import annotations
 
 from agentcontext.store._options import StoreOptions
-from agentcontext.store.base import AppendResult, ContextStore, EngineStore
+from agentcontext.store.base import ContextStore
+from agentcontext.store.protocols import (
+    BranchKeeper,
+    ChatReader,
+    ConversationStore,
+    EngineStore,
+    RecordKeeper,
+    TurnWriter,
+)
 from agentcontext.store.records import (
+    AppendResult,
     Branch,
     BranchInfo,
     BranchState,
@@ -31,6 +40,11 @@ from agentcontext.store.sql import InMemoryContextStore, SqlContextStore
 
 __all__ = [
     "AppendResult",
+    "BranchKeeper",
+    "ChatReader",
+    "ConversationStore",
+    "RecordKeeper",
+    "TurnWriter",
     "Branch",
     "BranchInfo",
     "BranchState",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Sequence
-from typing import Any
 
 from sqlalchemy import Connection, delete, func, literal, select, text, update
 
@@ -17,19 +16,22 @@ from agentcontext.errors import (
     InvalidGraphError,
     InvalidInputError,
     MessageNotFoundError,
+    StoreError,
 )
 from agentcontext.store import _chats, _messages, _rows
 from agentcontext.store._checks import new_id
+from agentcontext.store._database import Database, unit
 from agentcontext.store._dialects import AppendRow, Dialect
 from agentcontext.store._messages import ExistingMessages
 from agentcontext.store._schema import branches as B
 from agentcontext.store._schema import chats as C
 from agentcontext.store._schema import messages as M
-from agentcontext.store.base import AppendResult
 from agentcontext.store.records import (
+    AppendResult,
     Branch,
     BranchInfo,
     BranchState,
+    Chat,
     ChatState,
     MessageRecord,
     utcnow,
@@ -46,10 +48,13 @@ __all__ = [
     "chat_state",
     "create",
     "fork",
+    "fork_retrying",
     "get",
     "get_by_id",
     "list_infos",
     "move_head",
+    "check_fork_records",
+    "open_or_create",
     "next_name",
     "refused",
     "remove",
@@ -384,7 +389,9 @@ def append_rows(
     return AppendResult(ok=True, head_message_id=head, version=version)
 
 
-def refused(conn: Connection, branch_id: str, chat_id: str, reason: str, ids: list[str]) -> Any:
+def refused(
+    conn: Connection, branch_id: str, chat_id: str, reason: str, ids: list[str]
+) -> AppendResult:
     """After a refused fast append: the result to report, or the error to raise."""
     row = conn.execute(
         select(B.c.chat_id, B.c.head_message_id, C.c.version)
@@ -443,3 +450,56 @@ def remove(conn: Connection, chat_id: str, name: str) -> bool:
         )
     conn.execute(delete(B).where(B.c.id == branch.id))
     return True
+
+
+async def fork_retrying(
+    db: Database,
+    dialect: Dialect,
+    chat_id: str,
+    base_name: str,
+    head: str | None,
+    activate: bool,
+    records: list[MessageRecord],
+    name: str | None,
+) -> BranchInfo:
+    """`fork`, looked at again when another process took the automatic name between the read
+    and the insert (the unique index refuses it); a name given is `BranchExistsError`."""
+    for _ in range(3):
+        try:
+            return await db.run(
+                "write",
+                unit(fork, dialect, chat_id, base_name, head, activate, records, name),
+                chat=chat_id,
+            )
+        except StoreError as exc:
+            if not dialect.is_unique_violation(exc.__cause__ or exc):
+                raise
+            if name is not None:
+                raise BranchExistsError(
+                    f"chat {chat_id!r} already has a branch named {name!r}"
+                ) from None
+    raise StoreError(f"could not find a free branch name for {base_name!r}; retry")
+
+
+def check_fork_records(chat_id: str, records: list[MessageRecord]) -> list[MessageRecord]:
+    """The messages of a fork must all be of its chat."""
+    for record in records:
+        if record.chat_id != chat_id:
+            raise InvalidGraphError(
+                f"message {record.id!r} is for chat {record.chat_id!r}, not {chat_id!r}"
+            )
+    return records
+
+
+def open_or_create(conn: Connection, chat: Chat, dialect: Dialect) -> ChatState:
+    """`chat_state` of a chat, inserting it (with its ``main`` branch) if it does not exist
+    (write transaction)."""
+    _chats.get_or_insert(conn, chat)
+    state = chat_state(conn, dialect, chat.id)
+    if state is None:
+        raise InvalidGraphError(
+            f"chat {chat.id!r} has no active branch: the database was changed outside "
+            "agentcontext. Make one active with store.set_active_branch(chat_id, branch_id), "
+            "or create one with store.create_branch(..., activate=True)"
+        )
+    return state

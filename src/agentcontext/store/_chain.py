@@ -22,13 +22,14 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, literal, select, text
 
+from agentcontext._gc import gc_paused
 from agentcontext.errors import InvalidGraphError
 from agentcontext.store import _rows
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._schema import messages as M
 from agentcontext.store.records import ChainRows, MessageRecord
 
-__all__ = ["head_info", "load_records", "load_rows"]
+__all__ = ["active_records", "head_info", "load_records", "load_rows"]
 
 _STATEMENTS: dict[tuple[str, str, str], Any] = {}
 
@@ -194,7 +195,7 @@ def load_records(
         stop = _stop_depth(conn, chat_id, head_id, head_depth, after)
     picked = _pick(conn, dialect, "records", chat_id, head_id, head_depth, chat_size, stop, after)
     make, decode_json, decode_time = _rows.message_of, dialect.decode_json, dialect.decode_time
-    with _rows.gc_paused():
+    with gc_paused():
         return [
             make(row[0], row[1], row[6], row[2], row[3], decode_json(row[4]), decode_time(row[5]))
             for row in picked
@@ -280,3 +281,17 @@ def _compactions_statement(dialect: Dialect) -> Any:
             .order_by(M.c.depth.desc(), M.c.seq.desc())
         )
     return found
+
+
+def active_records(conn: Connection, dialect: Dialect, chat_id: str) -> list[MessageRecord]:
+    """The chain of the chat's active branch as records (snapshot); `ChatNotFoundError` for
+    an unknown chat."""
+    from agentcontext.store import _branches, _chats
+
+    branch = _branches.active(conn, chat_id)
+    if branch is None:
+        _chats.require(conn, chat_id)
+        return []
+    if branch.head_message_id is None:
+        return []
+    return load_records(conn, dialect, branch.head_message_id)

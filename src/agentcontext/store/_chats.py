@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Select, delete, func, literal, select, update
 
@@ -16,9 +16,11 @@ from agentcontext.errors import (
     ChatNotFoundError,
     CorruptDataError,
     InvalidTypeError,
+    StoreError,
 )
-from agentcontext.store import _rows, _search
+from agentcontext.store import _rows
 from agentcontext.store._checks import new_id
+from agentcontext.store._database import Database, unit
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._schema import branches as B
 from agentcontext.store._schema import chats as C
@@ -31,8 +33,19 @@ from agentcontext.store._schema import snapshots as SN
 from agentcontext.store.records import Chat, ChatInfo, ChatUpdate, utcnow
 
 _log = logging.getLogger("agentcontext.store")
+T = TypeVar("T")
 
 CHAT_COLS = (C.c.id, C.c.user_id, C.c.title, C.c.metadata, C.c.created_at, C.c.updated_at)
+
+
+def checked_new(chat_id: object, user_id: object, title: object, metadata: object) -> Chat:
+    """`new_chat` from arguments a caller gave, checked."""
+    return new_chat(
+        v.check_id(chat_id, "chat_id"),
+        v.check_id(user_id, "user_id"),
+        v.check_optional_text(title, "title"),
+        {} if metadata is None else v.check_json_object(metadata, "metadata"),
+    )
 
 
 def new_chat(chat_id: str, user_id: str, title: str | None, metadata: dict[str, Any]) -> Chat:
@@ -259,13 +272,14 @@ def delete_rows(conn: Connection, dialect: Dialect, chat_id: str) -> None:
     conn.execute(delete(SN).where(SN.c.chat_id == chat_id))
     conn.execute(delete(K).where(K.c.chat_id == chat_id))
     conn.execute(delete(B).where(B.c.chat_id == chat_id))
-    _search.unindex_chat(conn, dialect, chat_id)
+    dialect.unindex_chat(conn, chat_id)
     conn.execute(delete(M).where(M.c.chat_id == chat_id))
     conn.execute(delete(C).where(C.c.id == chat_id))
 
 
 __all__ = [
     "CHAT_COLS",
+    "checked_new",
     "create",
     "delete_chat",
     "delete_rows",
@@ -274,6 +288,7 @@ __all__ = [
     "get_or_insert",
     "insert_chat",
     "insert_chat_row",
+    "insert_or_read",
     "list_chats",
     "list_query",
     "lock",
@@ -282,3 +297,17 @@ __all__ = [
     "touch",
     "update_chat",
 ]
+
+
+async def insert_or_read(
+    db: Database, dialect: Dialect, chat: Chat, write: Callable[[Connection, Chat], T]
+) -> T:
+    """Run ``write(conn, chat)`` (which inserts the chat unless it exists); if another process
+    inserted it meanwhile (the unique index refuses ours), run it once more: it then reads."""
+    for attempt in range(3):
+        try:
+            return await db.run("write", unit(write, chat), chat=chat.id)
+        except StoreError as exc:
+            if attempt == 2 or not dialect.is_unique_violation(exc.__cause__ or exc):
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover

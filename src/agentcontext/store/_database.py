@@ -1,7 +1,7 @@
 """The database object of a store: its one engine, units of work, and what can go wrong.
 
 Every statement of a store runs in a *unit of work*: a plain function taking a SQLAlchemy
-``Connection`` and returning a value, run by `Database.run` in one of three modes
+``Connection`` and returning a value, run by `Database.run` in one of four modes
 (`_dialects.Mode`). A unit runs in SQLAlchemy's greenlet bridge
 (one hop for the whole unit, not one per statement), on a connection of the store's engine,
 or on the caller's connection inside ``store.using(connection)``.
@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import shlex
 import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
-from typing import Any, Literal, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 from sqlalchemy import Connection, event
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -51,9 +50,18 @@ from agentcontext.errors import (
 )
 from agentcontext.store._dialects import BEGIN_OPTION, Dialect, Mode
 
-__all__ = ["Database", "Transaction", "driver_threads", "settle_driver_threads"]
+__all__ = ["Database", "Transaction", "driver_threads", "settle_driver_threads", "unit"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def unit(
+    function: Callable[Concatenate[Connection, P], T], /, *args: P.args, **kwargs: P.kwargs
+) -> Callable[[Connection], T]:
+    """A unit of work: ``function(connection, *args, **kwargs)``, typed end to end."""
+    return lambda conn: function(conn, *args, **kwargs)
+
 
 SETTLE_SECONDS = 30.0
 """Longest a cancelled call waits for its unit of work to commit or roll back."""
@@ -210,7 +218,6 @@ class Database:
         engine: The store's engine (the caller's, or one made from a URL).
         dialect: Its dialect strategy.
         owns_engine: Whether ``close()`` disposes the engine.
-        memory: An SQLite in-memory database (one shared connection: units take turns).
         prepare: Run once before the first unit (the schema check or migration).
     """
 
@@ -220,7 +227,6 @@ class Database:
         dialect: Dialect,
         *,
         owns_engine: bool,
-        memory: bool,
         prepare: Callable[[Database], Any],
         lock_timeout: float = 30.0,
     ) -> None:
@@ -231,7 +237,8 @@ class Database:
         self.url = engine.url.render_as_string(hide_password=True)
         self._sync_engine = engine.sync_engine
         self._owns_engine = owns_engine
-        self._memory = memory
+        self._memory = dialect.unit_locks(engine.url) == "all"
+        """One connection shared by every unit (an in-memory SQLite database)."""
         self._prepare = prepare
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = False
@@ -255,6 +262,11 @@ class Database:
         return self._closed
 
     @property
+    def owns_engine(self) -> bool:
+        """Whether ``close()`` disposes the engine (the store made it)."""
+        return self._owns_engine
+
+    @property
     def ready(self) -> bool:
         """Whether the schema was prepared (the store was used or initialised)."""
         return self._ready
@@ -264,11 +276,11 @@ class Database:
         if self._loop is None:
             self._loop = loop
             self._init_lock = asyncio.Lock()
-            if self.dialect.is_sqlite:
-                if self._memory:
-                    self._all_lock = asyncio.Lock()
-                else:
-                    self._write_lock = asyncio.Lock()
+            locks = self.dialect.unit_locks(self.engine.url)
+            if locks == "all":
+                self._all_lock = asyncio.Lock()
+            elif locks == "writes":
+                self._write_lock = asyncio.Lock()
         elif loop is not self._loop:
             raise StoreError(
                 f"this store ({self.url}) belongs to another event loop: a store (and its "
@@ -709,7 +721,7 @@ class Database:
         that thread to end keeps the failure clean.
         """
         error = self.translate(exc)
-        if self.dialect.is_sqlite and isinstance(error, StoreUnavailableError):
+        if isinstance(error, StoreUnavailableError) and driver_threads():
             await settle_driver_threads(keep_alive=True)
         return error
 
@@ -717,43 +729,11 @@ class Database:
         """A `ContextError` for a driver or SQLAlchemy error."""
         first_line = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [""])[0]
         reason = first_line or type(exc).__name__
-        if self.dialect.is_sqlite:
-            if "unable to open database file" in reason:
-                return StoreUnavailableError(
-                    f"cannot open the SQLite database at {self.url}: {reason}. Check that its "
-                    "directory exists and is writable"
-                )
-            if "file is not a database" in reason or "malformed" in reason:
-                return StoreError(
-                    f"{self.url} is not a valid SQLite database ({reason}); point the store at "
-                    "a new file or restore this one from a backup"
-                )
-            if "database is locked" in reason:
-                if any(holder.is_open for holder in self._holds.values()):
-                    return ChatBusyError(
-                        f"the SQLite database at {self.url} is locked by an open transaction of "
-                        "this process (store.using() or store.begin()) that did not end within "
-                        "the busy timeout (sqlite_busy_timeout); nothing was written. End that "
-                        "transaction first"
-                    )
-                return StoreUnavailableError(
-                    f"the SQLite database at {self.url} stayed locked by another process for "
-                    "longer than the busy timeout (sqlite_busy_timeout); retry, or let that "
-                    "process finish its write"
-                )
-        elif _names_missing_database(exc):
-            url = self.engine.url
-            words = ["createdb"]
-            for flag, value in (("-h", url.host), ("-p", url.port), ("-U", url.username)):
-                if value:
-                    words += [flag, str(value)]
-            words.append(url.database or "")
-            return StoreUnavailableError(
-                f"the database {url.database!r} does not exist on the server of {self.url}; "
-                f"create it with: {shlex.join(words)} (the store then creates its tables on "
-                "first use, or run: agentcontext migrate upgrade)"
-            )
-        elif is_connection_error(exc):
+        busy = any(holder.is_open for holder in self._holds.values())
+        named = self.dialect.translate(exc, reason, self.engine.url, busy)
+        if named is not None:
+            return named
+        if is_connection_error(exc):
             return StoreUnavailableError(
                 f"cannot reach the database at {self.url}: {reason}. Check that the server "
                 "is running and the URL is right; the store reconnects by itself once it is back"
@@ -826,19 +806,3 @@ def _autocommit(connection: Connection) -> bool:
     if level is None:  # the engine's own level (create_engine(isolation_level=...))
         level = getattr(connection.engine.dialect, "_on_connect_isolation_level", None)
     return isinstance(level, str) and level.upper() == "AUTOCOMMIT"
-
-
-def _names_missing_database(error: BaseException) -> bool:
-    """Whether the error, or one it was raised from, is PostgreSQL's "database does not
-    exist" (SQLSTATE 3D000, invalid_catalog_name)."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if getattr(current, "sqlstate", None) == "3D000" or (
-            type(current).__name__ == "InvalidCatalogNameError"
-        ):
-            return True
-        nxt = getattr(current, "orig", None) or current.__cause__ or current.__context__
-        current = nxt if isinstance(nxt, BaseException) else None
-    return False

@@ -9,8 +9,6 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Connection,
-    String,
-    bindparam,
     cast,
     exists,
     func,
@@ -18,10 +16,10 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import BIT
 
 from agentcontext.errors import InvalidGraphError, InvalidInputError, MessageNotFoundError
-from agentcontext.store import _rows, _search
+from agentcontext.store import _rows, _text
+from agentcontext.store._chats import touch as touch_chat
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._schema import branches as B
 from agentcontext.store._schema import chats as C
@@ -77,22 +75,7 @@ def _upsert(dialect: Dialect) -> Any:
     """The message upsert, built once per dialect (building it costs more than running it)."""
     statement = _UPSERTS.get(dialect.name)
     if statement is None:
-        insert = dialect.insert(M)
-        changed = {
-            "name": insert.excluded.name,
-            "type": insert.excluded.type,
-            "data": insert.excluded.data,
-            "version": insert.excluded.version,
-        }
-        if not dialect.is_sqlite:
-            insert = insert.values(
-                search_sig=cast(bindparam("sig", type_=String()), BIT(varying=True))
-            )
-            changed["search_sig"] = insert.excluded.search_sig
-        statement = insert.on_conflict_do_update(
-            index_elements=[M.c.id], set_=changed, where=M.c.chat_id == insert.excluded.chat_id
-        ).returning(M.c.id, M.c.seq)
-        _UPSERTS[dialect.name] = statement
+        statement = _UPSERTS[dialect.name] = dialect.message_upsert()
     return statement
 
 
@@ -135,7 +118,7 @@ def write(
                     f"{record.chat_id!r}; message ids are global, pick a new id"
                 )
             parent_id, row_depth, created_at = old[2], old[3], old[4]
-            old_entries.append((int(old[5]), _search.record_tokens(old[6])))
+            old_entries.append((int(old[5]), _text.index_tokens(old[6])))
         else:
             parent_id, created_at = record.parent_id, record.created_at
             row_depth = (
@@ -145,7 +128,7 @@ def write(
             )
         depth[record.id] = row_depth
         chat_of[record.id] = record.chat_id
-        new_tokens[record.id] = _search.record_tokens(record.data)
+        new_tokens[record.id] = _text.index_tokens(record.data)
         rows.append(
             {
                 "id": record.id,
@@ -164,10 +147,8 @@ def write(
             if old is None
             else record.model_copy(update={"parent_id": parent_id, "created_at": created_at})
         )
-    if not dialect.is_sqlite:
-        signatures = dialect.search_row_values(list(new_tokens.items()))
-        for row in rows:
-            row["sig"] = signatures[row["id"]]
+    for row in rows:
+        row.update(dialect.search_row_values(new_tokens[row["id"]]))
     written = conn.execute(_upsert(dialect), rows).all()
     if len(written) != len(rows):
         # A concurrent writer created one of these ids in another chat after our check.
@@ -309,3 +290,16 @@ def set_parent(conn: Connection, message_id: str, parent_id: str | None, touch: 
     conn.execute(
         update(B).where(B.c.chat_id == chat_id).values(head_depth=func.coalesce(head_depth, 0))
     )
+
+
+def add(conn: Connection, dialect: Dialect, records: list[MessageRecord]) -> list[MessageRecord]:
+    """`write` checked records of any chats as one change of each (write transaction)."""
+    versions = {
+        chat_id: touch_chat(conn, chat_id) for chat_id in dict.fromkeys(r.chat_id for r in records)
+    }
+    return write(conn, dialect, records, versions)
+
+
+def reparent(conn: Connection, message_id: str, parent_id: str | None) -> None:
+    """`set_parent`, recorded as a change of the chat (write transaction)."""
+    set_parent(conn, message_id, parent_id, lambda chat_id: touch_chat(conn, chat_id))

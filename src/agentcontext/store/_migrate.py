@@ -126,8 +126,9 @@ async def run_with_new_engine(url: str, fn: Callable[[Connection], Any]) -> Any:
     """For ``alembic`` on the command line: a throw-away engine, one locked write transaction."""
     from agentcontext.store._options import StoreOptions, make_engine
 
-    engine = make_engine(make_url(url), StoreOptions(engine_options={"poolclass": NullPool}))
-    dialect = dialect_for(engine.dialect.name)
+    engine, dialect = make_engine(
+        make_url(url), StoreOptions(engine_options={"poolclass": NullPool})
+    )
 
     def locked(connection: Connection) -> Any:
         dialect.take_migration_lock(connection)

@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentcontext import _validate as v
 from agentcontext._validate import dumps, loads
 from agentcontext.errors import InvalidInputError, InvalidTypeError
-from agentcontext.store._dialects import (
-    make_postgres_engine,
-    make_sqlite_engine,
-    sqlite_synchronous,
-)
+from agentcontext.store import _dialects
+from agentcontext.store._database import Database
+from agentcontext.store._dialects import Dialect
 
-__all__ = ["StoreOptions", "make_engine", "wants_pgbouncer"]
-
-_TRUE = ("1", "true", "yes", "on")
+__all__ = ["MigrateMode", "StoreOptions", "make_engine", "open_database"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +69,11 @@ class StoreOptions:
         """The options set to something else than their default."""
         return [f.name for f in fields(self) if getattr(self, f.name) != f.default]
 
+    @property
+    def changed_options(self) -> frozenset[str]:
+        """`changed` as a set (what the dialects read)."""
+        return frozenset(self.changed())
+
     @classmethod
     def of(cls, given: Mapping[str, Any]) -> StoreOptions:
         """Check options given by name; unknown names and bad values are refused."""
@@ -101,8 +103,8 @@ class StoreOptions:
         for name in ("connect_timeout", "sqlite_busy_timeout", "lock_timeout"):
             if name in given and given[name] is None:
                 raise InvalidTypeError(f"{name} must be a number of seconds, got None")
-        if "sqlite_synchronous" in given:
-            sqlite_synchronous(given["sqlite_synchronous"])
+        for dialect in _dialects.dialect_classes():
+            dialect.check_options(given)
         for name in ("connect_args", "engine_options"):
             value = given.get(name)
             if value is not None and not isinstance(value, Mapping):
@@ -131,18 +133,13 @@ def _check_seconds(value: object, name: str) -> None:
         raise InvalidInputError(f"{name} must be a positive number of seconds, got {value!r}")
 
 
-def wants_pgbouncer(url: URL, options: StoreOptions) -> bool:
-    """Whether the store runs behind PgBouncer: the option, or ``?pgbouncer=true``."""
-    flag = url.query.get("pgbouncer")
-    return bool(options.pgbouncer) or (isinstance(flag, str) and flag.lower() in _TRUE)
-
-
-def make_engine(url: URL, options: StoreOptions) -> AsyncEngine:
-    """The store's engine for ``url``: SQLite (aiosqlite) or PostgreSQL (asyncpg).
+def make_engine(url: URL, options: StoreOptions) -> tuple[AsyncEngine, Dialect]:
+    """The store's engine for ``url`` and its dialect (see `Dialect.make_engine`).
 
     No ping on checkout (a connection found dead is replaced and the unit run again when that
     is safe), JSON read and written by the library's own functions.
     """
+    dialect = _dialects.for_url(url, options)
     kwargs: dict[str, Any] = dict(options.engine_options or {})
     kwargs.setdefault("json_serializer", dumps)
     kwargs.setdefault("json_deserializer", loads)
@@ -154,57 +151,46 @@ def make_engine(url: URL, options: StoreOptions) -> AsyncEngine:
             kwargs[name] = value
     if options.connect_args:
         kwargs["connect_args"] = dict(options.connect_args)
-    backend = url.get_backend_name()
-    if backend == "sqlite":
-        if url.get_driver_name() != "aiosqlite":
+    return dialect.make_engine(url, options, kwargs), dialect
+
+
+MigrateMode = Literal["auto"] | bool
+"""``"auto"`` (upgrade the schema on first use) or ``False`` (only check it)."""
+
+
+def open_database(
+    url_or_engine: object, options: StoreOptions, prepare: Callable[[Database], Any]
+) -> Database:
+    """The `Database` of a new store: its engine (made from a URL, or the caller's, made
+    ready for the store), its dialect, and ``prepare``, run on its first use (the schema
+    check or migration)."""
+    if isinstance(url_or_engine, AsyncEngine):
+        refused = sorted(set(options.changed()) - {"pgbouncer", "lock_timeout"})
+        if refused:
             raise InvalidInputError(
-                "use the aiosqlite driver for SQLite: sqlite+aiosqlite://... "
-                f"(got {url.drivername})"
+                f"option(s) {', '.join(refused)} cannot be applied to an engine you "
+                "created; pass them to create_async_engine instead"
             )
-        changed = options.changed()
-        postgres_only = [
-            name for name in ("connect_timeout", "command_timeout", "pgbouncer") if name in changed
-        ]
-        if postgres_only:
-            verb = "applies" if len(postgres_only) == 1 else "apply"
+        engine, owns = url_or_engine, False
+        dialect = _dialects.for_engine(engine, options)
+    elif isinstance(url_or_engine, (str, URL)):
+        try:
+            url = make_url(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
+        except ArgumentError as exc:
             raise InvalidInputError(
-                f"{', '.join(postgres_only)} {verb} to PostgreSQL only, not to an SQLite "
-                "database: leave it out for SQLite"
-            )
-        return make_sqlite_engine(
-            url,
-            busy_timeout=float(options.sqlite_busy_timeout),
-            synchronous=sqlite_synchronous(options.sqlite_synchronous),
-            kwargs=kwargs,
+                f"cannot parse database URL: {exc}; expected e.g. "
+                "sqlite+aiosqlite:///chat.db or postgresql+asyncpg://user@host/db"
+            ) from None
+        (engine, dialect), owns = make_engine(url, options), True
+    else:
+        raise InvalidTypeError(
+            "SqlContextStore needs a database URL or an AsyncEngine, "
+            f"got {v.type_name(url_or_engine)}"
         )
-    if backend == "postgresql":
-        if url.get_driver_name() != "asyncpg":
-            raise InvalidInputError(
-                "use the asyncpg driver for PostgreSQL: postgresql+asyncpg://... "
-                f"(got {url.drivername})"
-            )
-        changed = options.changed()
-        sqlite_only = [
-            name for name in ("sqlite_busy_timeout", "sqlite_synchronous") if name in changed
-        ]
-        if sqlite_only:
-            verb = "applies" if len(sqlite_only) == 1 else "apply"
-            raise InvalidInputError(
-                f"{', '.join(sqlite_only)} {verb} to SQLite only, not to a PostgreSQL "
-                "database: leave it out for PostgreSQL"
-            )
-        pgbouncer = wants_pgbouncer(url, options)
-        if options.command_timeout is not None:
-            connect_args = dict(kwargs.get("connect_args") or {})
-            connect_args.setdefault("command_timeout", options.command_timeout)
-            kwargs["connect_args"] = connect_args
-        return make_postgres_engine(
-            url.difference_update_query(["pgbouncer"]),
-            connect_timeout=float(options.connect_timeout),
-            pgbouncer=pgbouncer,
-            kwargs=kwargs,
-        )
-    raise InvalidInputError(
-        f"agentcontext supports SQLite and PostgreSQL, not {backend!r}; use a "
-        "sqlite+aiosqlite:// or postgresql+asyncpg:// URL"
+    return Database(
+        engine,
+        dialect,
+        owns_engine=owns,
+        prepare=prepare,
+        lock_timeout=float(options.lock_timeout),
     )

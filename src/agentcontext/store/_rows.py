@@ -11,9 +11,6 @@ allocating one per record cost more than the rest of the record.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -145,26 +142,6 @@ def message_of(
     _setattr(obj, "__pydantic_extra__", None)
     _setattr(obj, "__pydantic_private__", None)
     return obj
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while many records are built at once.
-
-    Decoding a long chain allocates hundreds of thousands of dicts and lists, none of them
-    garbage, and each allocation burst triggers collections that scan them all again: a
-    third of a 10 000-message load. Reference counting frees memory as usual meanwhile, and
-    the collector is back (if it was on) before anything else runs on the event loop. The
-    switch is process-wide: other threads see the collector off for those milliseconds too.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def message(row: Any) -> MessageRecord:

@@ -63,41 +63,52 @@ NAMING_CONVENTION = {
 }
 
 
-class UTCDateTime(TypeDecorator[datetime]):
-    """An aware UTC datetime with microsecond precision on every backend.
+class _IsoText(TypeDecorator[datetime]):
+    """SQLite's timestamps: fixed-width ISO-8601 text with microseconds and the UTC offset
+    (``2026-01-02T03:04:05.678901+00:00``), which sorts in time order."""
 
-    PostgreSQL stores ``timestamptz``. SQLite stores fixed-width ISO-8601 text
-    (``2026-01-02T03:04:05.678901+00:00``), which sorts in time order.
-    """
-
-    impl = DateTime(timezone=True)
+    impl = String(32)
     cache_ok = True
-
-    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "sqlite":
-            return dialect.type_descriptor(String(32))
-        return dialect.type_descriptor(DateTime(timezone=True))
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
         if value is None:
             return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given; agentcontext stores aware UTC datetimes")
-        value = value.astimezone(UTC)
-        if dialect.name == "sqlite":
-            return value.isoformat(timespec="microseconds")
-        return value
+        return _aware(value).isoformat(timespec="microseconds")
 
     def process_result_value(self, value: Any, dialect: Dialect) -> Any:
         if value is None:
             return None
-        if isinstance(value, datetime):
-            return value.astimezone(UTC)
         try:
             moment = datetime.fromisoformat(value)
         except (TypeError, ValueError):
             return damaged_time(value)  # named with its row when a record is built
         return moment if moment.tzinfo is not None else damaged_time(value)
+
+
+class _Timestamptz(TypeDecorator[datetime]):
+    """PostgreSQL's timestamps: ``timestamptz``, read back in UTC."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        return None if value is None else _aware(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        return value.astimezone(UTC) if isinstance(value, datetime) else value
+
+
+def _aware(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError("naive datetime given; agentcontext stores aware UTC datetimes")
+    return value.astimezone(UTC)
+
+
+def UTCDateTime() -> TypeEngine[datetime]:
+    """An aware UTC datetime with microsecond precision on every backend: ``timestamptz`` on
+    PostgreSQL, sortable ISO-8601 text on SQLite (a per-dialect variant of the column, as the
+    schema declares it for Alembic)."""
+    return _Timestamptz().with_variant(_IsoText(), "sqlite")
 
 
 class JSONText(TypeDecorator[Any]):

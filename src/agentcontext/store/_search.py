@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
-from agentcontext.store import _rows, _text, _tokenizer
+from agentcontext.store import _chats, _rows, _text, _tokenizer
+from agentcontext.store._database import Database
 from agentcontext.store._dialects import Dialect
-from agentcontext.store._schema import messages as M
 from agentcontext.store.records import SearchResult
 
-__all__ = ["record_tokens", "search", "unindex_chat", "window"]
+__all__ = ["run", "search", "window"]
 
 WINDOW = 100
 """At least this many of the newest matches are ranked (more for a larger ``limit``)."""
@@ -31,29 +31,6 @@ _NO_SEQ_BOUND = 2**62
 def window(limit: int) -> int:
     """How many of the newest matches are ranked for a search returning ``limit`` hits."""
     return max(WINDOW, 4 * limit)
-
-
-def record_tokens(data: Any) -> list[str]:
-    """The search tokens of a stored message's data (of the prefix the index holds)."""
-    return _tokenizer.tokens(_text.indexed_text(data)) if data is not None else []
-
-
-def unindex_chat(conn: Connection, dialect: Dialect, chat_id: str) -> None:
-    """Remove a chat's messages from the search index, before they are deleted."""
-    if not dialect.is_sqlite:
-        return  # the signatures go with the rows
-    last = -1
-    while True:
-        rows = conn.execute(
-            select(M.c.seq, M.c.data)
-            .where(M.c.chat_id == chat_id, M.c.seq > last)
-            .order_by(M.c.seq)
-            .limit(2000)
-        ).all()
-        if not rows:
-            return
-        dialect.unindex_rows(conn, [(int(seq), record_tokens(data)) for seq, data in rows])
-        last = rows[-1][0]
 
 
 _STATEMENTS: dict[tuple[str, str, bool], Any] = {}
@@ -121,3 +98,26 @@ def search(
             )
         )
     return out
+
+
+async def run(
+    db: Database,
+    scope: Literal["chat", "user"],
+    scope_id: str,
+    query: str,
+    roles: list[str] | None,
+    limit: int,
+) -> list[SearchResult]:
+    """A checked search: its tokens, then `search` in one read; an unknown chat (searched by
+    chat) raises `ChatNotFoundError` rather than finding nothing."""
+    words = _tokenizer.query_tokens(query)
+
+    def read(conn: Connection) -> list[SearchResult]:
+        hits: list[SearchResult] = []
+        if words and roles != []:
+            hits = search(conn, db.dialect, scope, scope_id, words, roles, limit)
+        if not hits and scope == "chat":
+            _chats.require(conn, scope_id)
+        return hits
+
+    return await db.run("read", read)

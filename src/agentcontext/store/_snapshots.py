@@ -9,9 +9,11 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, Connection, delete, exists, select
 
 from agentcontext import _validate as v
-from agentcontext.errors import InvalidInputError, InvalidTypeError, SnapshotError
+from agentcontext.errors import InvalidInputError, InvalidTypeError, SnapshotError, StoreError
 from agentcontext.snapshots import ContextItem, ContextSnapshot, blob_hash
 from agentcontext.store import _branches, _chats, _rows
+from agentcontext.store._checks import new_id
+from agentcontext.store._database import Database
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._schema import blobs as BL
 from agentcontext.store._schema import record_messages as RM
@@ -23,7 +25,14 @@ from agentcontext.store.records import ResolveRecord, utcnow
 __all__ = [
     "Blobs",
     "check_blobs",
+    "check_put",
+    "new_record",
+    "check_shown",
+    "check_snapshot",
+    "chat_records",
+    "chat_snapshots",
     "collect_garbage",
+    "collect_garbage_retrying",
     "insert_record",
     "insert_snapshot",
     "put_blobs",
@@ -316,3 +325,122 @@ def record_blobs(
 
 TEXT_TYPE = "text/plain; charset=utf-8"
 JSON_TYPE = "application/json"
+
+
+def check_snapshot(snapshot: object) -> dict[str, tuple[bytes, str]]:
+    """Check a snapshot to store (new, every item with its blob); the contents it holds."""
+    if not isinstance(snapshot, ContextSnapshot):
+        raise InvalidTypeError(
+            f"save_snapshot takes a ContextSnapshot, got {v.type_name(snapshot)}"
+        )
+    if snapshot.stored:
+        raise SnapshotError(
+            f"snapshot {snapshot.id!r} is stored already and cannot be stored again; "
+            "build a new ContextSnapshot"
+        )
+    v.check_optional_text(snapshot.summary, "summary")
+    for index, item in enumerate(snapshot.items):
+        v.check_text(item.path, f"items[{index}].path")
+        if item.preview is not None:
+            v.check_text(item.preview, f"items[{index}].preview")
+        if item.blob is None:
+            raise SnapshotError(
+                f"item {index} ({item.path!r}) has no blob; add items with the add_* helpers"
+            )
+    return check_blobs(snapshot.contents)
+
+
+def check_shown(messages: object) -> list[tuple[str, bytes]]:
+    """Check the ``(message_id, json bytes)`` pairs of a resolve record."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise InvalidTypeError(
+            f"messages must be a list of (message_id, bytes) pairs, got {v.type_name(messages)}"
+        )
+    pairs: list[tuple[str, bytes]] = []
+    for index, pair in enumerate(messages):
+        if (
+            not isinstance(pair, tuple)
+            or len(pair) != 2
+            or not isinstance(pair[1], (bytes, bytearray))
+        ):
+            raise InvalidTypeError(
+                f"messages[{index}] must be a (message_id, bytes) pair, got {v.type_name(pair)}"
+            )
+        pairs.append((pair[0], bytes(pair[1])))
+    return pairs
+
+
+async def collect_garbage_retrying(db: Database) -> int:
+    """`collect_garbage`, run again when a reference committed between its read and its
+    delete (the foreign key refuses the delete)."""
+    for _ in range(3):
+        try:
+            return await db.run("write", collect_garbage)
+        except StoreError as exc:
+            if not db.dialect.is_foreign_key_violation(exc.__cause__ or exc):
+                raise
+    raise StoreError("garbage collection kept racing concurrent writers; run it again")
+
+
+def chat_snapshots(conn: Connection, chat_id: str) -> list[ContextSnapshot]:
+    """A chat's snapshots, newest first, without contents; `ChatNotFoundError` for an unknown
+    chat (snapshot read)."""
+    _chats.require(conn, chat_id)
+    return snapshots(conn, SN.c.chat_id == chat_id, False)
+
+
+def chat_records(conn: Connection, chat_id: str) -> list[ResolveRecord]:
+    """A chat's resolve records, newest first; `ChatNotFoundError` for an unknown chat."""
+    _chats.require(conn, chat_id)
+    return records(conn, RR.c.chat_id == chat_id)
+
+
+def check_put(
+    content: object, media_type: object, expected_hash: object
+) -> tuple[str, dict[str, tuple[bytes, str]]]:
+    """Check a blob to store (``put_blob``): its hash and the blob, or `InvalidInputError`
+    for content whose hash is not the one expected."""
+    v.check_optional_text(expected_hash, "expected_hash")
+    if not isinstance(content, (bytes, bytearray, memoryview)):
+        raise InvalidTypeError(f"blob content must be bytes, got {v.type_name(content)}")
+    data = bytes(content)
+    digest = blob_hash(data)
+    if expected_hash is not None and expected_hash != digest:
+        raise InvalidInputError(
+            f"content hashes to {digest}, not {expected_hash!r}; refusing to store it "
+            "under the wrong address"
+        )
+    return digest, check_blobs({digest: (data, media_type)})  # type: ignore[dict-item]
+
+
+def new_record(
+    chat_id: object,
+    branch_id: object,
+    branch_name: object,
+    head_message_id: object,
+    renderer: object,
+    system_prompt: object,
+    messages: object,
+) -> tuple[ResolveRecord, dict[str, tuple[bytes, str]]]:
+    """A checked resolve record to store (``create_resolve_record``) and its blobs."""
+    v.check_id(chat_id, "chat_id")
+    v.check_optional_id(branch_id, "branch_id")
+    v.check_optional_id(branch_name, "branch_name")
+    v.check_optional_id(head_message_id, "head_message_id")
+    # Kept as a blob (bytes), so any text that encodes to UTF-8 is fine, NUL included.
+    prompt = v.check_unicode(system_prompt, "system_prompt")
+    v.check_id(renderer, "renderer")
+    prompt_blob, ids, hashes, blobs = record_blobs(prompt, check_shown(messages))
+    record = ResolveRecord(
+        id=new_id(),
+        chat_id=chat_id,
+        branch_id=branch_id,
+        branch_name=branch_name,
+        head_message_id=head_message_id,
+        renderer=renderer,
+        prompt_blob=prompt_blob,
+        message_ids=ids,
+        message_blobs=hashes,
+        created_at=utcnow(),
+    )
+    return record, blobs

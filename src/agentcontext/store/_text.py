@@ -8,12 +8,12 @@ keys. Data of any other shape contributes its string values (not its keys).
 from __future__ import annotations
 
 import bisect
-import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from agentcontext.store._tokenizer import iter_tokens
+from agentcontext._display import tool_line
+from agentcontext.store._tokenizer import iter_tokens, tokens
 
 PREVIEW_LENGTH = 50
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
@@ -140,33 +140,6 @@ def indexed_text(data: Any) -> str:
     return prefix
 
 
-def _compact_json(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
-    except (TypeError, ValueError, RecursionError):
-        return str(value)
-
-
-def tool_line(part: Mapping[str, Any]) -> str:
-    """A tool call as one line: ``tool get_weather({"city": "Paris"}) → sunny``.
-
-    A call still running ends after its arguments; a failed one is marked ``✗``:
-    ``tool get_weather({"city": "Paris"}) ✗ timeout``.
-    """
-    name = part.get("tool_name")
-    args = part.get("input")
-    line = f"tool {name if isinstance(name, str) and name else '?'}"
-    line += f"({_compact_json(args) if args not in (None, {}, '') else ''})"
-    if part.get("state") == "output-error" or part.get("error"):
-        error = part.get("error")
-        return f"{line} ✗ {_compact_json(error) if error else 'failed'}"
-    if "output" in part and part.get("output") is not None:
-        return f"{line} → {_compact_json(part.get('output'))}"
-    return line
-
-
 def preview(data: Any) -> str:
     """What a message says, on one line, cut to 50 characters plus ``…``.
 
@@ -203,3 +176,9 @@ def preview(data: Any) -> str:
     if len(flat) > PREVIEW_LENGTH:
         return flat[:PREVIEW_LENGTH].rstrip() + "…"
     return flat
+
+
+def index_tokens(data: Any) -> list[str]:
+    """The tokens the search index holds for a stored message's data (those of
+    `indexed_text`)."""
+    return tokens(indexed_text(data)) if data is not None else []

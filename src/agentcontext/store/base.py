@@ -6,14 +6,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Protocol, Self
-
-from pydantic import BaseModel, ConfigDict
+from typing import Any, Self
 
 from agentcontext._validate import dumps
 from agentcontext.errors import ChatNotFoundError, InvalidGraphError, InvalidInputError
 from agentcontext.snapshots import ContextSnapshot
+from agentcontext.store.protocols import JoinedTransaction
 from agentcontext.store.records import (
+    AppendResult,
     Branch,
     BranchInfo,
     BranchState,
@@ -32,21 +32,7 @@ from agentcontext.store.records import (
     SearchResult,
 )
 
-__all__ = ["AppendResult", "ContextStore", "EngineStore", "JoinedTransaction", "outline_of"]
-
-
-class JoinedTransaction(Protocol):
-    """A caller's transaction that a store's calls joined (``store.using()``)."""
-
-    @property
-    def is_open(self) -> bool:
-        """Whether it has neither committed nor rolled back yet."""
-        ...
-
-    @property
-    def rolled_back(self) -> bool:
-        """Whether it rolled back (everything the store wrote in it is gone)."""
-        ...
+__all__ = ["ContextStore", "outline_of"]
 
 
 def outline_of(
@@ -76,24 +62,6 @@ def outline_of(
         checkpoints=graph.checkpoints,
         message_count=len(graph.nodes),
     )
-
-
-class AppendResult(BaseModel):
-    """Outcome of `ContextStore.append_messages`.
-
-    ``ok`` is False when the branch head was not ``expected_head``; nothing was written and
-    ``head_message_id`` is the head found instead. ``version`` is the chat's change version
-    after the write (or as found, on a conflict).
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    ok: bool
-    head_message_id: str | None
-    version: int | None
-    """None when the store does not report it (the engine confirms it on its next read)."""
-    existing: list[str] = []
-    """With ``updates``: the ids that exist already but were not allowed to."""
 
 
 class ContextStore(abc.ABC):
@@ -226,7 +194,11 @@ class ContextStore(abc.ABC):
 
     @abc.abstractmethod
     async def get_changes(self, chat_id: str, since_version: int) -> list[MessageRecord]:
-        """Messages of the chat inserted or updated after change version ``since_version``."""
+        """Messages of the chat written (inserted or updated) after ``since_version``.
+
+        In insertion order. Together with `get_branch_state` this lets an engine that holds a
+        chain in memory catch up without reading it again.
+        """
 
     @abc.abstractmethod
     async def has_children(self, message_id: str) -> bool:
@@ -286,7 +258,7 @@ class ContextStore(abc.ABC):
 
     @abc.abstractmethod
     async def get_branch_state(self, branch_id: str) -> BranchState | None:
-        """The branch with its chat's change version, read together; None if it is gone."""
+        """The branch with its chat's version and counts, in one query (None if it is gone)."""
 
     @abc.abstractmethod
     async def get_active_branch(self, chat_id: str) -> Branch | None:
@@ -444,7 +416,11 @@ class ContextStore(abc.ABC):
         media_type: str = "application/octet-stream",
         expected_hash: str | None = None,
     ) -> str:
-        """Store content once under its SHA-256; return the hash."""
+        """Store content once under its SHA-256 and return the hash.
+
+        With ``expected_hash``, content whose hash differs is refused (`InvalidInputError`).
+        Storing the same content again is free.
+        """
 
     @abc.abstractmethod
     async def read_blob(self, blob: str) -> bytes | None:
@@ -454,7 +430,12 @@ class ContextStore(abc.ABC):
     async def save_snapshot(
         self, snapshot: ContextSnapshot, *, chat_id: str, message_id: str | None
     ) -> ContextSnapshot:
-        """Store a snapshot (and the contents it holds) attached to a chat and a message."""
+        """Store a snapshot attached to a chat (and a message); returns the stored copy.
+
+        Item contents held by the snapshot are written as blobs in the same transaction; every
+        item must have its blob (held, or stored before). Raises `SnapshotError` for an already
+        stored snapshot or a missing blob.
+        """
 
     @abc.abstractmethod
     async def get_snapshot(
@@ -464,7 +445,7 @@ class ContextStore(abc.ABC):
 
     @abc.abstractmethod
     async def list_snapshots(self, chat_id: str) -> list[ContextSnapshot]:
-        """The chat's snapshots, newest first."""
+        """The chat's snapshots, newest first (without contents)."""
 
     @abc.abstractmethod
     async def create_resolve_record(
@@ -478,11 +459,11 @@ class ContextStore(abc.ABC):
         system_prompt: str,
         messages: Sequence[tuple[str, bytes]],
     ) -> ResolveRecord:
-        """Store what a model was shown (prompt and messages as blobs)."""
+        """Store what a model was shown: the prompt and each message's JSON, as blobs."""
 
     @abc.abstractmethod
     async def get_resolve_record(self, record_id: str) -> ResolveRecord | None:
-        """A resolve record, or None."""
+        """A stored resolve record, or None."""
 
     @abc.abstractmethod
     async def list_resolve_records(self, chat_id: str) -> list[ResolveRecord]:
@@ -490,17 +471,27 @@ class ContextStore(abc.ABC):
 
     @abc.abstractmethod
     async def collect_garbage(self) -> int:
-        """Delete blobs nothing refers to; return how many."""
+        """Delete the blobs nothing refers to any more; return how many were deleted.
+
+        A blob another chat's snapshot or record still uses stays. Safe to run while others
+        write: blobs being written concurrently are locked and skipped.
+        """
 
     # --- transfer ---------------------------------------------------------------------------
 
     @abc.abstractmethod
     async def export_chat(self, chat_id: str) -> ChatExport:
-        """Everything of a chat as plain data (see `ChatExport`)."""
+        """Everything of a chat as plain data (see `ChatExport`), read as one snapshot."""
 
     @abc.abstractmethod
     async def import_chat(self, export: ChatExport) -> None:
-        """Write an exported chat as it was; the chat id must be free."""
+        """Write an exported chat into this store as it was (ids, timestamps, branches).
+
+        Raises `ChatExistsError` if the chat id is taken, and `InvalidGraphError` if the export
+        is inconsistent (a branch or checkpoint pointing at a missing message, not exactly one
+        active branch, ids that exist in this database already). Nothing is written unless
+        everything is.
+        """
 
     # --- what the engine reads most (defaults built on the methods above) ----------------------
 
@@ -564,59 +555,3 @@ class ContextStore(abc.ABC):
             parent_ids=[r.parent_id for r in records],
             data=[None if r.data is None else dumps(r.data) for r in records],
         )
-
-
-class EngineStore(Protocol):
-    """The part of `ContextStore` a `ContextEngine` uses.
-
-    Written down so a store can be built (or wrapped) for the engine alone; every
-    `ContextStore` is one.
-    """
-
-    def current_transaction(self) -> JoinedTransaction | None: ...
-    async def open_chat(self, chat_id: str, *, user_id: str) -> ChatState: ...
-    async def get_chat(self, chat_id: str) -> Chat | None: ...
-    async def update_chat(
-        self, chat_id: str, updater: Callable[[Chat], ChatUpdate | None]
-    ) -> Chat: ...
-    async def get_branch_state(self, branch_id: str) -> BranchState | None: ...
-    async def load_chain_rows(
-        self,
-        chat_id: str,
-        head_id: str,
-        *,
-        head_depth: int | None = None,
-        chat_size: int | None = None,
-        stop_depth: int = 0,
-        stop_at: str | None = None,
-        compacted: bool = False,
-    ) -> ChainRows: ...
-    async def get_message_chain(
-        self, head_id: str, *, after: str | None = None
-    ) -> list[MessageRecord]: ...
-    async def get_changes(self, chat_id: str, since_version: int) -> list[MessageRecord]: ...
-    async def get_message(self, message_id: str) -> MessageRecord | None: ...
-    async def add_message(self, message: MessageRecord) -> MessageRecord: ...
-    async def append_messages(
-        self,
-        branch_id: str,
-        messages: Sequence[MessageRecord],
-        *,
-        expected_head: str | None,
-        new_head: str | None = None,
-        updates: Collection[str] | None = None,
-    ) -> AppendResult: ...
-    async def append_turn(
-        self, branch_id: str, messages: Sequence[MessageRecord], *, expected_head: str | None
-    ) -> AppendResult: ...
-    async def add_messages(self, messages: Sequence[MessageRecord]) -> list[MessageRecord]: ...
-    async def fork_branch(
-        self,
-        chat_id: str,
-        base_name: str,
-        *,
-        head_message_id: str | None,
-        activate: bool,
-        messages: Sequence[MessageRecord] = (),
-        name: str | None = None,
-    ) -> BranchInfo: ...

@@ -16,6 +16,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from agentcontext.snapshots import ContextSnapshot
 
 __all__ = [
+    "AppendResult",
     "Branch",
     "BranchInfo",
     "BranchState",
@@ -323,3 +324,21 @@ class ExportedBlob(BaseModel):
 
 
 ChatExport.model_rebuild()
+
+
+class AppendResult(BaseModel):
+    """Outcome of `ContextStore.append_messages`.
+
+    ``ok`` is False when the branch head was not ``expected_head``; nothing was written and
+    ``head_message_id`` is the head found instead. ``version`` is the chat's change version
+    after the write (or as found, on a conflict).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool
+    head_message_id: str | None
+    version: int | None
+    """None when the store does not report it (the engine confirms it on its next read)."""
+    existing: list[str] = []
+    """With ``updates``: the ids that exist already but were not allowed to."""

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agentcontext._display import tool_line
 from agentcontext.messages import (
     DataPart,
     FilePart,
@@ -14,8 +15,7 @@ from agentcontext.messages import (
     TextPart,
     ToolPart,
 )
-from agentcontext.reminders._core import part_ranges
-from agentcontext.store._text import tool_line
+from agentcontext.reminders import part_ranges
 from agentcontext.store.records import MessageRecord
 from agentcontext.web._html import esc, json_html, text_html, when
 

@@ -1,4 +1,5 @@
-"""Helpers shared by the provider adapters."""
+"""Helpers shared by the provider adapters and the framework integrations (package-internal:
+used by `agentcontext.adapters` and `agentcontext.integrations`, no stability promise)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from agentcontext.errors import InvalidInputError, InvalidTypeError
+from agentcontext.errors import InvalidTypeError
 from agentcontext.messages import FilePart, Message, ReasoningPart, TextPart, ToolPart
 
 FINISHED = ("output-available", "output-error")
@@ -53,12 +54,6 @@ def plain(obj: Any, what: str) -> Any:
         f"{what}: expected an SDK object or a dict, got {type(obj).__name__}; pass the "
         "response the SDK returned (or its model_dump())"
     )
-
-
-def require_mapping(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise InvalidInputError(f"{what} must be an object, got {type(value).__name__}")
-    return value
 
 
 def new_id() -> str:

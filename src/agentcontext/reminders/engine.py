@@ -1,5 +1,8 @@
 """The engine side of reminders: find the outgoing message, evaluate, amend, latch.
 
+`ContextEngine` calls `remind` on resolve and save, and renders the prompt `without_reminders`;
+there is nothing here for direct use.
+
 `remind` is called by ``ContextEngine.resolve`` (targets ``"user"`` and ``"tool-output"``) and
 by ``ContextEngine.save`` (target ``"user"`` only, for a turn saved without a resolve first),
 inside the engine's session, after the branch was synced.
@@ -22,7 +25,7 @@ that fire, so no engine in any process fires one twice.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -50,7 +53,7 @@ from agentcontext.reminders._core import (
 from agentcontext.store.records import Chat, ChatUpdate, utcnow
 
 if TYPE_CHECKING:
-    from agentcontext.engine import ContextEngine
+    from agentcontext._conversation import Conversation
 
 __all__ = ["EVALUATED", "remind", "without_reminders"]
 
@@ -125,7 +128,7 @@ def _holder(latch: object) -> object:
     return latch.get("message_id") if isinstance(latch, Mapping) else None
 
 
-async def _claim(engine: ContextEngine, claims: Mapping[str, str]) -> set[str]:
+async def _claim(conv: Conversation, claims: Mapping[str, str]) -> set[str]:
     """Latch the ids of ``claims`` (once id -> message id) in the chat's metadata atomically;
     the ids this call holds afterwards.
 
@@ -149,24 +152,31 @@ async def _claim(engine: ContextEngine, claims: Mapping[str, str]) -> set[str]:
             return None
         return ChatUpdate(metadata={**chat.metadata, ONCE_KEY: latches})
 
-    engine._conv.chat = await engine.store.update_chat(engine.chat_id, updater)
+    conv.chat = await conv.store.update_chat(conv.chat_id, updater)
     return won
 
 
-async def remind(engine: ContextEngine, targets: Sequence[ReminderTarget]) -> None:
-    """Evaluate the engine's reminders for the outgoing pending message(s) and amend them.
+async def remind(
+    conv: Conversation,
+    fragments: Sequence[ContextFragment],
+    pending: list[ContextFragment],
+    resolve_pending: Callable[[], object],
+    targets: Sequence[ReminderTarget],
+) -> None:
+    """Evaluate the reminders among ``fragments`` for the outgoing pending message(s) and
+    amend them in ``pending`` (in place). ``resolve_pending`` gives lazy pending messages their
+    ids first; the chat and its chain come from ``conv``.
 
     Raises:
         ReminderError: a predicate or text function raised; the pending messages are left
             as they were (no latch is claimed).
     """
-    pending = engine._pending
     if not pending:
         return
-    configs = [reminder_of(f) for f in engine._fragments if is_reminder(f)]
+    configs = [reminder_of(f) for f in fragments if is_reminder(f)]
     if not configs:
         return  # an engine without reminders works as if they did not exist
-    engine._resolve_pending()
+    resolve_pending()
     carriers = _carriers(pending, targets)
     if not carriers:
         return
@@ -175,8 +185,7 @@ async def remind(engine: ContextEngine, targets: Sequence[ReminderTarget]) -> No
         for index, _ in carriers:
             pending[index] = _mark(pending[index], None)
         return
-    conv = engine._conv
-    chat = await engine.store.get_chat(engine.chat_id) or conv.chat
+    chat = await conv.store.get_chat(conv.chat_id) or conv.chat
     conv.chat = chat
     assert chat is not None
     assert conv.branch is not None
@@ -184,7 +193,7 @@ async def remind(engine: ContextEngine, targets: Sequence[ReminderTarget]) -> No
     last_at: datetime | None = None
     head = conv.chain.head
     if head is not None:
-        record = await engine.store.get_message(head)
+        record = await conv.store.get_message(head)
         last_at = None if record is None else record.created_at
     pending_messages = [message_of(fragment) for fragment in pending]
     pending_ids = {message.id for message in pending_messages}
@@ -241,7 +250,7 @@ async def remind(engine: ContextEngine, targets: Sequence[ReminderTarget]) -> No
         for config, _ in fired:
             if config.once is not None:
                 claims.setdefault(config.once, pending_messages[index].id)
-    won = await _claim(engine, claims) if claims else set()
+    won = await _claim(conv, claims) if claims else set()
     for index, target in carriers:
         texts: list[str] = []
         for config, text in fired_once.get(index, []):

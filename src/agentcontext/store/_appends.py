@@ -1,0 +1,121 @@
+"""The write path of a save: new messages chained after a branch head, with the head moved by
+compare-and-swap, in one statement when it can be, in one transaction otherwise.
+
+`append` is the store's policy: a plain save (new messages, each the parent of the next, the
+first one's parent the expected head) takes the dialect's single-statement append; anything
+else (in-place updates, a head that is not the last message) runs the general append of
+``_branches`` in a write transaction. A refused append is read back into an `AppendResult`
+(the head found instead, or the ids that exist already) rather than raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from agentcontext import _validate as v
+from agentcontext.errors import InvalidGraphError, InvalidInputError
+from agentcontext.store import _branches, _text
+from agentcontext.store._database import Database, unit
+from agentcontext.store._dialects import AppendRefused, AppendRow, Dialect
+from agentcontext.store.records import AppendResult, MessageRecord
+
+__all__ = ["append", "check", "is_plain", "rows_of"]
+
+
+def check(records: list[MessageRecord], what: str) -> list[MessageRecord]:
+    """An append writes at least one message, all of one chat."""
+    if not records:
+        raise InvalidInputError(f"{what} needs at least one message")
+    chat_id = records[0].chat_id
+    for record in records:
+        if record.chat_id != chat_id:
+            raise InvalidGraphError(
+                f"message {record.id!r} is for chat {record.chat_id!r}, not {chat_id!r}"
+            )
+    return records
+
+
+def is_plain(
+    records: list[MessageRecord], expected: str | None, head: str, allowed: Collection[str] | None
+) -> bool:
+    """New messages chained one after another from the expected head, the last one the new
+    head: what a save writes, in one statement."""
+    if head != records[-1].id or (allowed and any(r.id in allowed for r in records)):
+        return False
+    parent = expected
+    for record in records:
+        if record.parent_id != parent:
+            return False
+        parent = record.id
+    return True
+
+
+def rows_of(records: list[MessageRecord]) -> list[AppendRow]:
+    """The rows of a single-statement append: JSON text and search tokens computed once."""
+    return [
+        AppendRow(
+            id=r.id,
+            chat_id=r.chat_id,
+            parent_id=r.parent_id,
+            name=r.name,
+            type=r.type,
+            data=None if r.data is None else v.dumps(r.data),
+            tokens=_text.index_tokens(r.data),
+            created_at=r.created_at,
+        )
+        for r in records
+    ]
+
+
+async def append(
+    db: Database,
+    dialect: Dialect,
+    branch_id: str,
+    records: list[MessageRecord],
+    *,
+    expected: str | None,
+    head: str,
+    allowed: set[str] | None,
+    report_version: bool = True,
+) -> AppendResult:
+    """Append checked records of one chat after ``expected`` and move the head to ``head``."""
+    chat_id = records[0].chat_id
+    if is_plain(records, expected, head, allowed):
+        result = await _fast(db, dialect, branch_id, chat_id, records, allowed, report_version)
+        if result is not None:
+            return result
+    try:
+        return await db.run(
+            "write",
+            unit(_branches.append, dialect, branch_id, records, expected, head, allowed),
+            chat=chat_id,
+        )
+    except _branches.AppendConflict as conflict:
+        return conflict.result
+
+
+async def _fast(
+    db: Database,
+    dialect: Dialect,
+    branch_id: str,
+    chat_id: str,
+    records: list[MessageRecord],
+    allowed: set[str] | None,
+    report_version: bool,
+) -> AppendResult | None:
+    """The single-statement append; None when the general path must decide."""
+    rows = rows_of(records)
+    try:
+        return await db.run(
+            "atomic" if len(rows) <= dialect.append_chunk else "write",
+            unit(_branches.append_rows, dialect, branch_id, rows, rows[-1].id, report_version),
+            idempotent=True,
+            chat=chat_id,
+        )
+    except AppendRefused as refused:
+        if refused.reason == "exists" and allowed is None:
+            return None  # existing messages are updated in place by the general path
+        ids = [r.id for r in records]
+        return await db.run(
+            "read", unit(_branches.refused, branch_id, chat_id, refused.reason, ids)
+        )

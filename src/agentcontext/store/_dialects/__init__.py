@@ -1,0 +1,114 @@
+"""Everything that differs between the databases the store runs on, in one strategy object per
+dialect: `SqliteDialect` (``sqlite``) and `PostgresDialect` (``postgresql``), both
+implementing `Dialect` (``base``).
+
+No module outside this package asks which database it runs on: it asks its `Dialect`. A new
+database is one new module here and one entry in `_DIALECTS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agentcontext.errors import InvalidInputError
+from agentcontext.store._dialects.base import (
+    BEGIN_OPTION,
+    AppendRefused,
+    AppendRow,
+    Dialect,
+    EngineOptions,
+    Mode,
+    UnitLocks,
+)
+from agentcontext.store._dialects.postgresql import PostgresDialect
+from agentcontext.store._dialects.sqlite import SqliteDialect
+
+__all__ = [
+    "BEGIN_OPTION",
+    "AppendRefused",
+    "AppendRow",
+    "Dialect",
+    "EngineOptions",
+    "Mode",
+    "PostgresDialect",
+    "SqliteDialect",
+    "UnitLocks",
+    "database_file",
+    "dialect_class",
+    "dialect_classes",
+    "dialect_for",
+    "for_engine",
+    "for_url",
+]
+
+_DIALECTS: dict[str, type[Dialect]] = {
+    SqliteDialect.name: SqliteDialect,
+    PostgresDialect.name: PostgresDialect,
+}
+
+
+def dialect_classes() -> list[type[Dialect]]:
+    """Every dialect the store supports."""
+    return list(_DIALECTS.values())
+
+
+def dialect_class(name: str) -> type[Dialect]:
+    """The `Dialect` class of a SQLAlchemy dialect name, or `InvalidInputError`."""
+    found = _DIALECTS.get(name)
+    if found is None:
+        titles = " and ".join(d.title for d in _DIALECTS.values())
+        examples = " or ".join(f"{d.name}+{d.driver}://" for d in _DIALECTS.values())
+        raise InvalidInputError(
+            f"agentcontext supports {titles}, not {name!r}; use a {examples} URL"
+        )
+    return found
+
+
+def for_url(url: URL, options: EngineOptions) -> Dialect:
+    """The dialect of a store made from ``url`` (its driver and its options checked)."""
+    cls = dialect_class(url.get_backend_name())
+    if url.get_driver_name() != cls.driver:
+        raise InvalidInputError(
+            f"use the {cls.driver} driver for {url.get_backend_name()}: "
+            f"{cls.name}+{cls.driver}://... (got {url.drivername})"
+        )
+    changed = options.changed_options
+    for other in _DIALECTS.values():
+        foreign = sorted((other.options - cls.options) & changed)
+        if other is not cls and foreign:
+            verb = "applies" if len(foreign) == 1 else "apply"
+            raise InvalidInputError(
+                f"{', '.join(foreign)} {verb} to {other.title} only, not to a {cls.title} database"
+            )
+    return cls.from_url(url, options)
+
+
+def database_file(url: URL) -> str | None:
+    """The local file a database URL names (an SQLite file), or None (a server, memory)."""
+    found = _DIALECTS.get(url.get_backend_name())
+    return None if found is None else found.local_file(url)
+
+
+def for_engine(engine: AsyncEngine, options: EngineOptions) -> Dialect:
+    """The dialect of a store on a caller's engine (the engine is made ready for it)."""
+    return dialect_class(engine.dialect.name).from_engine(engine, options)
+
+
+@dataclass(frozen=True)
+class _Defaults:
+    """Every engine option at its default, but ``pgbouncer``."""
+
+    pgbouncer: bool = False
+    connect_timeout: float = 10.0
+    command_timeout: float | None = None
+    sqlite_busy_timeout: float = 30.0
+    sqlite_synchronous: str = "normal"
+    changed_options: frozenset[str] = frozenset()
+
+
+def dialect_for(name: str, *, pgbouncer: bool = False) -> Dialect:
+    """The `Dialect` for a SQLAlchemy dialect name with default options (migrations, tools)."""
+    return dialect_class(name).from_url(URL.create(name), _Defaults(pgbouncer=pgbouncer))

@@ -1,0 +1,367 @@
+"""The dialect strategy: what every dialect of the store provides, and the shapes it shares.
+
+A `Dialect` holds everything that differs between databases, so the rest of the store is
+written once: how its engine is made and set up (options, pragmas, transaction control),
+how a connection is prepared for a unit of work and joins a caller's transaction, the upsert
+and the single-statement append of a save, how the search index is kept and queried, row and
+migration locks, timestamps and JSON in raw rows, and what the driver's errors mean. Each
+dialect is one module of this package (``sqlite``, ``postgresql``); adding a database is one
+new module and one line in ``__init__``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar, Literal, Protocol
+
+from sqlalchemy import ColumnElement, Connection, Select, Table, and_, bindparam, select
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agentcontext._validate import loads
+from agentcontext.errors import ContextError
+from agentcontext.store._rows import damaged_json
+from agentcontext.store._schema import chats as C
+from agentcontext.store._schema import messages as M
+
+__all__ = [
+    "BEGIN_OPTION",
+    "AppendRefused",
+    "AppendRow",
+    "Dialect",
+    "EngineOptions",
+    "Mode",
+    "UnitLocks",
+    "candidate_columns",
+    "message_upsert",
+    "orig",
+    "sqlstate",
+]
+
+Mode = Literal["read", "snapshot", "write", "atomic"]
+"""How a unit of work runs: ``read`` (no transaction: each statement sees the latest commits),
+``snapshot`` (reads that see one consistent state), ``write`` (one transaction, SQLite's write
+lock taken up front) or ``atomic`` (one statement that is atomic on its own)."""
+
+BEGIN_OPTION = "agentcontext_begin"
+"""Execution option telling the SQLite begin hook what to emit: ``"immediate"`` (a write
+transaction), ``"none"`` (statements autocommit) or absent (a plain deferred ``BEGIN``, which in
+WAL mode reads one consistent snapshot)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRow:
+    """One new message of an append, ready for the statement."""
+
+    id: str
+    chat_id: str
+    parent_id: str | None
+    name: str
+    type: str
+    data: str | None
+    """The JSON text of the message data."""
+    tokens: list[str]
+    """Its searchable tokens."""
+    created_at: datetime
+
+
+class EngineOptions(Protocol):
+    """The options a dialect reads to make its engine (`EngineOptions` has them)."""
+
+    @property
+    def changed_options(self) -> frozenset[str]:
+        """The options set to something else than their default."""
+        ...
+
+    @property
+    def connect_timeout(self) -> float: ...
+    @property
+    def command_timeout(self) -> float | None: ...
+    @property
+    def pgbouncer(self) -> bool: ...
+    @property
+    def sqlite_busy_timeout(self) -> float: ...
+    @property
+    def sqlite_synchronous(self) -> str: ...
+
+
+UnitLocks = Literal["none", "writes", "all"]
+"""Which units of work of one store take turns in the process: ``none`` (the server orders
+them), ``writes`` (a database file with one writer: writes queue in the process instead of
+in the busy handler) or ``all`` (one shared connection: every unit waits its turn)."""
+
+
+class Dialect(abc.ABC):
+    """The dialect-specific half of the store (one immutable instance per dialect setting)."""
+
+    name: ClassVar[str]
+    """SQLAlchemy's name of the dialect (``"sqlite"``, ``"postgresql"``)."""
+    title: ClassVar[str]
+    """Its name in messages (``"SQLite"``)."""
+    driver: ClassVar[str]
+    """The async driver the store uses with it."""
+    options: ClassVar[frozenset[str]]
+    """The store options that apply to this dialect only (others' are refused)."""
+    atomic_needs_commit = False
+    """Whether a lone statement runs inside a transaction to commit (behind PgBouncer)."""
+
+    # --- engine -----------------------------------------------------------------------------
+
+    @classmethod  # noqa: B027 - optional: nothing to check by default
+    def check_options(cls, given: Mapping[str, Any]) -> None:
+        """Check the values of this dialect's own options (`options`) beyond their types."""
+
+    @classmethod
+    @abc.abstractmethod
+    def from_url(cls, url: URL, options: EngineOptions) -> Dialect:
+        """The dialect for a store made from ``url`` with ``options``."""
+
+    @classmethod
+    @abc.abstractmethod
+    def from_engine(cls, engine: AsyncEngine, options: EngineOptions) -> Dialect:
+        """The dialect for a store on a caller's engine (made ready for the store: hooks)."""
+
+    @abc.abstractmethod
+    def make_engine(self, url: URL, options: EngineOptions, kwargs: dict[str, Any]) -> AsyncEngine:
+        """The store's engine for ``url``; ``kwargs`` are ``create_async_engine`` arguments."""
+
+    def unit_locks(self, url: URL) -> UnitLocks:
+        """Which of one store's units take turns in the process (see `UnitLocks`)."""
+        return "none"
+
+    @classmethod
+    def local_file(cls, url: URL) -> str | None:
+        """The file the database lives in, for a database that is a local file."""
+        return None
+
+    @abc.abstractmethod
+    def prepare(self, conn: Connection, mode: Mode) -> None:
+        """Set a freshly checked-out connection up for a unit of work."""
+
+    def join_transaction(self, conn: Connection) -> None:  # noqa: B027 - optional
+        """Make sure a real transaction is open on a caller's connection (``store.using``)
+        before the store writes on it, so the caller's rollback undoes the store's writes."""
+
+    @abc.abstractmethod
+    def database_identity(self, conn: Connection) -> tuple[Any, ...]:
+        """What tells the database ``conn`` reaches apart from any other database."""
+
+    # --- values ------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def encode_time(self, moment: datetime) -> Any:
+        """A timestamp as a raw statement binds it (what ``UTCDateTime`` would store)."""
+
+    @abc.abstractmethod
+    def decode_time(self, value: Any) -> Any:
+        """A timestamp of a raw row as an aware UTC datetime (`Damaged` if it is not one)."""
+
+    def decode_json(self, value: Any) -> Any:
+        """A JSON column of a raw row (its text) as a value (`Damaged` if it is not JSON)."""
+        if value is None or not isinstance(value, (str, bytes)):
+            return value
+        try:
+            return loads(value)
+        except (ValueError, TypeError, RecursionError) as exc:
+            return damaged_json(value, exc)
+
+    @abc.abstractmethod
+    def raw_json(self, column_: Any) -> ColumnElement[Any]:
+        """A JSON column as its text, with no per-row decoding by SQLAlchemy."""
+
+    @abc.abstractmethod
+    def raw_time(self, column_: Any) -> ColumnElement[Any]:
+        """A timestamp column as the driver returns it (see `decode_time`)."""
+
+    # --- statements --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def insert(self, table: Table) -> Any:
+        """An INSERT supporting ``on_conflict_do_update`` / ``on_conflict_do_nothing``."""
+
+    @abc.abstractmethod
+    def insert_blobs(self, table: Table) -> Any:
+        """Insert-if-absent for content-addressed blobs."""
+
+    @abc.abstractmethod
+    def metadata_filter(self, column: Any, wanted: Mapping[str, str | int | bool]) -> Any:
+        """A WHERE clause keeping chats whose top-level metadata has every key/value given.
+
+        Values match by JSON type and value (``True`` does not match ``1``); keys and values
+        are bound parameters.
+        """
+
+    @abc.abstractmethod
+    def roles_filter(self, column_: ColumnElement[Any]) -> ColumnElement[bool]:
+        """``column_`` is one of the roles bound as ``:roles`` (one bound value, so a statement
+        compiles once whatever the number of roles)."""
+
+    @abc.abstractmethod
+    def roles_value(self, roles: Sequence[str]) -> Any:
+        """The bound value of ``:roles`` for `roles_filter`."""
+
+    def lock_chat(self, conn: Connection, chat_id: str) -> None:  # noqa: B027 - optional
+        """Lock the chat's row until the transaction ends (SQLite: the write lock is held)."""
+
+    # --- the append of a save ------------------------------------------------------------------
+
+    append_chunk: ClassVar[int]
+    """Most messages one append statement takes; more are written in one transaction."""
+
+    @abc.abstractmethod
+    def append(
+        self,
+        conn: Connection,
+        branch_id: str,
+        rows: Sequence[AppendRow],
+        *,
+        first: bool,
+        new_head: str,
+        touched_at: datetime,
+        report_version: bool = True,
+    ) -> int | None:
+        """Insert ``rows`` after the branch head and move the head to ``new_head``, in one
+        statement, if the head is the first row's parent (compare-and-swap). The rows are a
+        chain: each one is the parent of the next, and the last one is ``new_head``.
+
+        With ``report_version`` the chat's version after the write is returned when the
+        dialect can read it in the same statement (otherwise None).
+
+        ``first`` marks the first statement of a save (it bumps the chat's version). Returns
+        the chat's version after the write when the dialect reports it. Raises
+        `AppendRefused` when the statement changed nothing.
+        """
+
+    # --- search ------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def message_upsert(self) -> Any:
+        """The statement that inserts a message or updates it in place (same chat only),
+        returning ``(id, seq)``; its parameters are a message's columns plus what
+        `search_row_values` gives. Built once."""
+
+    @abc.abstractmethod
+    def search_row_values(self, tokens: list[str]) -> dict[str, Any]:
+        """Extra parameters of `message_upsert` that keep the search index of a row."""
+
+    @abc.abstractmethod
+    def index_rows(self, conn: Connection, rows: Sequence[tuple[int, list[str]]]) -> None:
+        """Index ``(seq, tokens)`` of rows just written (SQLite's FTS5 table)."""
+
+    @abc.abstractmethod
+    def unindex_rows(self, conn: Connection, rows: Sequence[tuple[int, list[str]]]) -> None:
+        """Remove ``(seq, tokens)`` of rows about to be deleted or rewritten from the index."""
+
+    def search_candidates(self, scope: Literal["chat", "user"], with_roles: bool) -> Select[Any]:
+        """Messages of the scope that may hold every query token, newest first.
+
+        Parameters: ``scope_id``, ``search_limit``, ``before_seq`` (only rows inserted before
+        it) and what `search_params` gives; ``roles`` with ``with_roles``. Columns: seq, id,
+        chat_id, parent_id, name, type, data (JSON text), created_at.
+        """
+        where = (
+            M.c.chat_id == bindparam("scope_id")
+            if scope == "chat"
+            else M.c.chat_id.in_(select(C.c.id).where(C.c.user_id == bindparam("scope_id")))
+        )
+        if with_roles:
+            where = and_(where, self.roles_filter(M.c.name))
+        return self._candidates(where)
+
+    @abc.abstractmethod
+    def _candidates(self, scope: ColumnElement[bool]) -> Select[Any]:
+        """`search_candidates` restricted by ``scope``."""
+
+    @abc.abstractmethod
+    def search_params(self, query: Sequence[str]) -> dict[str, Any]:
+        """The bound values of `search_candidates` for these query tokens."""
+
+    exact_candidates: ClassVar[bool]
+    """Whether every candidate holds every query token (else each is checked)."""
+
+    # --- locks and errors ----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def take_migration_lock(self, connection: Connection) -> None:
+        """Serialise concurrent migrations (inside the migration's transaction)."""
+
+    @abc.abstractmethod
+    def is_unique_violation(self, exc: BaseException) -> bool:
+        """True for a unique-constraint violation reported by the driver."""
+
+    @abc.abstractmethod
+    def is_foreign_key_violation(self, exc: BaseException) -> bool:
+        """True for a foreign-key violation reported by the driver."""
+
+    @abc.abstractmethod
+    def is_out_of_range(self, exc: BaseException) -> bool:
+        """True when the driver refused a number (or a date) it cannot represent."""
+
+    @abc.abstractmethod
+    def translate(
+        self, exc: BaseException, reason: str, url: URL, busy: bool
+    ) -> ContextError | None:
+        """The `ContextError` for a driver error this dialect can name (a database that
+        cannot be opened or reached, a locked or damaged file), or None. ``reason`` is the
+        driver's first line, ``busy`` whether an open transaction of this process holds a
+        chat of the store."""
+
+    # --- search -------------------------------------------------------------------------------
+
+    def unindex_chat(self, conn: Connection, chat_id: str) -> None:  # noqa: B027 - optional
+        """Remove a chat's messages from a search index kept apart from their rows, before the
+        rows are deleted."""
+
+
+class AppendRefused(Exception):
+    """Internal: an append statement wrote nothing. ``reason`` says why."""
+
+    def __init__(self, reason: Literal["moved", "exists", "branch"]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def orig(exc: BaseException) -> BaseException:
+    """The driver's exception under a SQLAlchemy one."""
+    return getattr(exc, "orig", None) or exc
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE the driver reported, if any."""
+    found = orig(exc)
+    for candidate in (found, getattr(found, "__cause__", None)):
+        for attr in ("sqlstate", "pgcode"):
+            value = getattr(candidate, attr, None)
+            if isinstance(value, str):
+                return value
+    return None
+
+
+def candidate_columns(dialect: Dialect) -> list[Any]:
+    return [
+        M.c.seq,
+        M.c.id,
+        M.c.chat_id,
+        M.c.parent_id,
+        M.c.name,
+        M.c.type,
+        dialect.raw_json(M.c.data),
+        dialect.raw_time(M.c.created_at),
+    ]
+
+
+def message_upsert(insert: Any, **search: Any) -> Any:
+    """The message upsert of every dialect: insert a message, or update it in place when it
+    exists in the same chat (a message of another chat is left alone, and not returned);
+    ``search`` adds the dialect's search-index columns (name: bound expression). Returns
+    ``(id, seq)`` of each row written."""
+    changed = {name: insert.excluded[name] for name in ("name", "type", "data", "version")}
+    if search:
+        insert = insert.values(**search)
+        changed.update({name: insert.excluded[name] for name in search})
+    return insert.on_conflict_do_update(
+        index_elements=[M.c.id], set_=changed, where=M.c.chat_id == insert.excluded.chat_id
+    ).returning(M.c.id, M.c.seq)

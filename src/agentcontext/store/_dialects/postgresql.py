@@ -1,0 +1,344 @@
+"""PostgreSQL through asyncpg, directly or behind PgBouncer in transaction pooling mode.
+
+Lone statements run without BEGIN/COMMIT round trips (autocommit), except behind PgBouncer,
+where every statement runs in a transaction; the append of a save is one statement that
+locks the chat then the branch (the lock order of every writer) and compare-and-swaps the
+head; search candidates come from a small bloom signature per message, checked exactly in
+Python; concurrent migrations are serialised by an advisory lock.
+"""
+
+from __future__ import annotations
+
+import shlex
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    DateTime,
+    Select,
+    String,
+    Table,
+    Text,
+    bindparam,
+    case,
+    cast,
+    func,
+    select,
+    text,
+    type_coerce,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from agentcontext.errors import ContextError, StoreUnavailableError
+from agentcontext.store import _tokenizer
+from agentcontext.store._dialects.base import (
+    AppendRefused,
+    AppendRow,
+    Dialect,
+    EngineOptions,
+    Mode,
+    candidate_columns,
+    message_upsert,
+    orig,
+    sqlstate,
+)
+from agentcontext.store._schema import messages as M
+
+__all__ = ["PostgresDialect", "signature", "unique_statement_name"]
+
+_TRUE = ("1", "true", "yes", "on")
+_MIGRATION_LOCK_KEY = 0x61676E7463747800 >> 8  # "agntctx", fits a signed bigint
+
+_PG_APPEND = text(
+    """
+WITH touched AS (
+    UPDATE chats SET updated_at = :touched_at, version = version + :bump,
+                     message_count = message_count + :count
+    WHERE id = :chat_id
+    RETURNING version
+), cur AS (
+    SELECT b.head_message_id, b.head_depth FROM branches AS b, touched
+    WHERE b.id = :branch_id AND b.chat_id = :chat_id
+    FOR UPDATE OF b
+), guard AS (
+    SELECT 1 / (CASE WHEN cur.head_message_id IS NOT DISTINCT FROM CAST(:expected AS VARCHAR)
+                     THEN 1 ELSE 0 END) AS ok
+    FROM cur
+), ins AS (
+    INSERT INTO messages (id, chat_id, parent_id, depth, name, type, data, search_sig,
+                          created_at, version)
+    SELECT r.id, :chat_id, r.parent_id, cur.head_depth + r.step, r.name, r.type,
+           CAST(r.data AS JSONB), CAST(r.sig AS BIT VARYING), r.created_at, touched.version
+    FROM touched, cur, guard,
+         unnest(CAST(:ids AS VARCHAR[]), CAST(:parents AS VARCHAR[]), CAST(:names AS VARCHAR[]),
+                CAST(:types AS VARCHAR[]), CAST(:datas AS TEXT[]), CAST(:sigs AS TEXT[]),
+                CAST(:created AS TIMESTAMPTZ[]))
+           WITH ORDINALITY AS r(id, parent_id, name, type, data, sig, created_at, step)
+    WHERE guard.ok = 1
+    RETURNING 1
+), moved AS (
+    UPDATE branches SET head_message_id = :new_head, head_depth = cur.head_depth + :count
+    FROM cur
+    WHERE branches.id = :branch_id AND (SELECT count(*) FROM ins) = :count
+    RETURNING 1
+)
+SELECT (SELECT version FROM touched), (SELECT count(*) FROM moved), (SELECT count(*) FROM cur)
+"""
+)
+"""One statement, one round trip, atomic on its own. Data dependencies fix the order of its
+parts, and with it the lock order every writer follows (the chat row, then the branch row):
+``touched`` locks the chat and bumps its version and message count, ``cur`` locks the branch
+and reads its head and the head's depth, ``guard`` fails the whole statement (division by
+zero, nothing applied) when the head is not the expected one, ``ins`` inserts the messages
+chained below it, ``moved`` moves the head. An existing id breaks the unique index: the
+statement fails too."""
+
+
+_VARBIT = postgresql.BIT(varying=True)
+
+
+class PostgresDialect(Dialect):
+    """PostgreSQL through asyncpg (directly or behind PgBouncer in transaction mode)."""
+
+    name = "postgresql"
+    title = "PostgreSQL"
+    driver = "asyncpg"
+    options = frozenset({"connect_timeout", "command_timeout", "pgbouncer"})
+    append_chunk = 50_000  # arrays: one statement, however many rows
+    exact_candidates = False
+
+    def __init__(self, *, pgbouncer: bool = False) -> None:
+        self.pgbouncer = pgbouncer
+        self.atomic_needs_commit = pgbouncer
+        """Behind PgBouncer in transaction pooling mode every statement runs in a transaction:
+        outside one, the preparing and the running of a statement may reach different server
+        connections."""
+
+    # --- engine -----------------------------------------------------------------------------
+
+    @classmethod
+    def from_url(cls, url: URL, options: EngineOptions) -> PostgresDialect:
+        flag = url.query.get("pgbouncer")
+        wanted = bool(options.pgbouncer) or (isinstance(flag, str) and flag.lower() in _TRUE)
+        return _PGBOUNCER if wanted else _POSTGRES
+
+    @classmethod
+    def from_engine(cls, engine: AsyncEngine, options: EngineOptions) -> PostgresDialect:
+        return _PGBOUNCER if options.pgbouncer else _POSTGRES
+
+    def make_engine(self, url: URL, options: EngineOptions, kwargs: dict[str, Any]) -> AsyncEngine:
+        connect_args = dict(kwargs.pop("connect_args", None) or {})
+        connect_args.setdefault("timeout", float(options.connect_timeout))
+        if options.command_timeout is not None:
+            connect_args.setdefault("command_timeout", options.command_timeout)
+        if self.pgbouncer:
+            connect_args.setdefault("statement_cache_size", 0)
+            connect_args.setdefault("prepared_statement_cache_size", 0)
+            connect_args.setdefault("prepared_statement_name_func", unique_statement_name)
+        return create_async_engine(
+            url.difference_update_query(["pgbouncer"]), connect_args=connect_args, **kwargs
+        )
+
+    def prepare(self, conn: Connection, mode: Mode) -> None:
+        if mode == "snapshot":
+            conn.execution_options(isolation_level="REPEATABLE READ")
+        elif mode != "write" and not self.pgbouncer:
+            # No BEGIN and COMMIT round trips for lone statements.
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+
+    def database_identity(self, conn: Connection) -> tuple[Any, ...]:
+        # The database's oid and the server's start time tell apart databases of one name on
+        # two servers (or ports), and reach the same answer through PgBouncer.
+        row = conn.exec_driver_sql(
+            "SELECT current_database(), d.oid, pg_postmaster_start_time() "
+            "FROM pg_database AS d WHERE d.datname = current_database()"
+        ).one()
+        return ("postgresql", row[0], int(row[1]), row[2].isoformat())
+
+    def encode_time(self, moment: datetime) -> datetime:
+        return moment.astimezone(UTC)
+
+    def decode_time(self, value: Any) -> Any:
+        assert isinstance(value, datetime)
+        return value if value.tzinfo is UTC else value.astimezone(UTC)
+
+    def raw_json(self, column_: Any) -> ColumnElement[Any]:
+        return cast(column_, Text)
+
+    def raw_time(self, column_: Any) -> ColumnElement[Any]:
+        return type_coerce(column_, DateTime(timezone=True))
+
+    def insert(self, table: Table) -> Any:
+        return postgresql.insert(table)
+
+    def insert_blobs(self, table: Table) -> Any:
+        # Touch an existing row (DO UPDATE) so it stays locked until the writer's transaction
+        # ends: a concurrent garbage collection (FOR UPDATE SKIP LOCKED) cannot delete it.
+        insert = postgresql.insert(table)
+        return insert.on_conflict_do_update(
+            index_elements=[table.c.hash], set_={"size": insert.excluded.size}
+        )
+
+    def metadata_filter(self, column: Any, wanted: Mapping[str, str | int | bool]) -> Any:
+        return type_coerce(column, postgresql.JSONB()).contains(dict(wanted))
+
+    def roles_filter(self, column_: ColumnElement[Any]) -> ColumnElement[bool]:
+        return column_ == func.any(bindparam("roles", type_=postgresql.ARRAY(String())))
+
+    def roles_value(self, roles: Sequence[str]) -> Any:
+        return list(roles)
+
+    def lock_chat(self, conn: Connection, chat_id: str) -> None:
+        conn.execute(
+            text("SELECT 1 FROM chats WHERE id = :chat_id FOR UPDATE"), {"chat_id": chat_id}
+        )
+
+    def append(
+        self,
+        conn: Connection,
+        branch_id: str,
+        rows: Sequence[AppendRow],
+        *,
+        first: bool,
+        new_head: str,
+        touched_at: datetime,
+        report_version: bool = True,
+    ) -> int | None:
+        params = {
+            "touched_at": touched_at,
+            "bump": 1 if first else 0,
+            "count": len(rows),
+            "chat_id": rows[0].chat_id,
+            "branch_id": branch_id,
+            "expected": rows[0].parent_id,
+            "new_head": new_head,
+            "ids": [row.id for row in rows],
+            "parents": [row.parent_id for row in rows],
+            "names": [row.name for row in rows],
+            "types": [row.type for row in rows],
+            "datas": ["null" if row.data is None else row.data for row in rows],
+            "sigs": [signature(row.tokens) for row in rows],
+            "created": [row.created_at for row in rows],
+        }
+        try:
+            version, moved, _ = conn.execute(_PG_APPEND, params).one()
+        except DBAPIError as exc:
+            if sqlstate(exc) == "22012":  # the guard: the head was not the expected one
+                raise AppendRefused("moved") from None
+            if self.is_unique_violation(exc):
+                raise AppendRefused("exists") from None
+            raise
+        if not moved:
+            raise AppendRefused("branch")
+        return int(version)
+
+    def message_upsert(self) -> Any:
+        return message_upsert(
+            self.insert(M),
+            search_sig=cast(bindparam("sig", type_=String()), _VARBIT),
+        )
+
+    def search_row_values(self, tokens: list[str]) -> dict[str, Any]:
+        return {"sig": signature(tokens)}
+
+    def index_rows(self, conn: Connection, rows: Sequence[tuple[int, list[str]]]) -> None:
+        """The signature is a column of the row itself."""
+
+    def unindex_rows(self, conn: Connection, rows: Sequence[tuple[int, list[str]]]) -> None:
+        """The signature goes with the row."""
+
+    def _candidates(self, scope: ColumnElement[bool]) -> Select[Any]:
+        sig = M.c.search_sig
+        tests = [
+            (
+                func.length(sig) == bits,
+                sig.op("&")(cast(bindparam(f"mask_{bits}", type_=String()), _VARBIT))
+                == cast(bindparam(f"mask_{bits}", type_=String()), _VARBIT),
+            )
+            for bits in _tokenizer.SIGNATURE_BITS
+        ]
+        return (
+            select(*candidate_columns(self))
+            .where(scope, M.c.seq < bindparam("before_seq"), case(*tests, else_=False))
+            .order_by(M.c.seq.desc())
+            .limit(bindparam("search_limit"))
+        )
+
+    def search_params(self, query: Sequence[str]) -> dict[str, Any]:
+        masks = _tokenizer.signature_masks(query)
+        return {f"mask_{bits}": value for bits, value in masks.items()}
+
+    def take_migration_lock(self, connection: Connection) -> None:
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+
+    def is_unique_violation(self, exc: BaseException) -> bool:
+        return sqlstate(exc) == "23505"
+
+    def is_foreign_key_violation(self, exc: BaseException) -> bool:
+        return sqlstate(exc) == "23503"
+
+    def is_out_of_range(self, exc: BaseException) -> bool:
+        state = sqlstate(exc)
+        found = orig(exc)
+        return (
+            state in {"22003", "22008", "22007"}
+            or isinstance(found, OverflowError)
+            or "out of range" in str(found)
+        )
+
+    def translate(
+        self, exc: BaseException, reason: str, url: URL, busy: bool
+    ) -> ContextError | None:
+        shown = url.render_as_string(hide_password=True)
+        if _names_missing_database(exc):
+            words = ["createdb"]
+            for flag, value in (("-h", url.host), ("-p", url.port), ("-U", url.username)):
+                if value:
+                    words += [flag, str(value)]
+            words.append(url.database or "")
+            return StoreUnavailableError(
+                f"the database {url.database!r} does not exist on the server of {shown}; "
+                f"create it with: {shlex.join(words)} (the store then creates its tables on "
+                "first use, or run: agentcontext migrate upgrade)"
+            )
+        return None
+
+
+def signature(tokens: list[str]) -> str | None:
+    """The search signature of a message's tokens (None for no token)."""
+    distinct = list(dict.fromkeys(tokens))
+    return _tokenizer.signature(distinct) if distinct else None
+
+
+_POSTGRES = PostgresDialect()
+_PGBOUNCER = PostgresDialect(pgbouncer=True)
+
+
+def unique_statement_name() -> str:
+    """A prepared-statement name no other client can hold (behind PgBouncer)."""
+    # asyncpg numbers statements per client connection; behind PgBouncer two clients would
+    # collide on one server connection. A random name cannot.
+    return f"__agentcontext_{uuid.uuid4().hex}__"
+
+
+def _names_missing_database(error: BaseException) -> bool:
+    """Whether the error, or one it was raised from, is PostgreSQL's "database does not
+    exist" (SQLSTATE 3D000, invalid_catalog_name)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if getattr(current, "sqlstate", None) == "3D000" or (
+            type(current).__name__ == "InvalidCatalogNameError"
+        ):
+            return True
+        nxt = getattr(current, "orig", None) or current.__cause__ or current.__context__
+        current = nxt if isinstance(nxt, BaseException) else None
+    return False

@@ -1,0 +1,500 @@
+"""SQLite through aiosqlite: the embedded default.
+
+WAL mode and foreign keys on every connection, the driver's own transaction handling off (the
+begin hook emits ``BEGIN IMMEDIATE`` for a write transaction, so a read-then-write never fails
+half-way with "database is locked"), one writer at a time (writes queue in the process), a
+contentless FTS5 table fed with the Python tokenizer's tokens for search, and a view whose
+INSTEAD OF trigger (migration 0003) makes the append of a save one statement.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    ColumnElement,
+    Connection,
+    Integer,
+    MetaData,
+    Select,
+    String,
+    Table,
+    Text,
+    and_,
+    bindparam,
+    column,
+    event,
+    exists,
+    func,
+    insert,
+    literal_column,
+    select,
+    table,
+    type_coerce,
+)
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import StaticPool
+
+from agentcontext._validate import dumps
+from agentcontext.errors import (
+    ChatBusyError,
+    ContextError,
+    InvalidInputError,
+    InvalidTypeError,
+    StoreError,
+    StoreUnavailableError,
+)
+from agentcontext.store._dialects.base import (
+    BEGIN_OPTION,
+    AppendRefused,
+    AppendRow,
+    Dialect,
+    EngineOptions,
+    Mode,
+    UnitLocks,
+    candidate_columns,
+    orig,
+)
+from agentcontext.store._dialects.base import (
+    message_upsert as _message_upsert,
+)
+from agentcontext.store._rows import damaged_time
+from agentcontext.store._schema import messages as M
+from agentcontext.store._text import index_tokens
+
+__all__ = [
+    "APPEND_TRIGGER",
+    "APPEND_VIEW",
+    "SqliteDialect",
+    "install_hooks",
+    "is_memory",
+    "synchronous_pragma",
+]
+
+SQLITE_SYNCHRONOUS = {
+    "NORMAL": "PRAGMA synchronous = NORMAL",
+    "FULL": "PRAGMA synchronous = FULL",
+}
+"""The ``sqlite_synchronous`` settings and their statements (a fixed set, never formatted)."""
+
+_APPENDS = Table(
+    "message_appends",
+    MetaData(),
+    *(
+        Column(name, String)
+        for name in (
+            "branch_id",
+            "first",
+            "touched_at",
+            "id",
+            "chat_id",
+            "parent_id",
+            "name",
+            "type",
+            "data",
+            "created_at",
+            "tokens",
+        )
+    ),
+)
+"""The SQLite view whose INSTEAD OF trigger appends a message (see migration 0003)."""
+
+
+APPEND_VIEW = (
+    "CREATE VIEW message_appends AS SELECT '' AS branch_id, 0 AS first, '' AS touched_at, "
+    "id, chat_id, parent_id, name, type, data, created_at, '' AS tokens "
+    "FROM messages WHERE 0"
+)
+"""The view of `APPEND_TRIGGER`: the columns of an append, no rows."""
+
+APPEND_TRIGGER = """
+CREATE TRIGGER message_appends_insert INSTEAD OF INSERT ON message_appends BEGIN
+    SELECT RAISE(ABORT, 'agentcontext: no such branch')
+    WHERE NOT EXISTS (SELECT 1 FROM branches WHERE id = NEW.branch_id AND chat_id = NEW.chat_id);
+    SELECT RAISE(ABORT, 'agentcontext: head moved')
+    WHERE (SELECT head_message_id FROM branches WHERE id = NEW.branch_id) IS NOT NEW.parent_id;
+    UPDATE chats SET updated_at = NEW.touched_at, version = version + NEW.first,
+                     message_count = message_count + 1
+    WHERE id = NEW.chat_id;
+    INSERT INTO messages (id, chat_id, parent_id, depth, name, type, data, created_at, version)
+    VALUES (NEW.id, NEW.chat_id, NEW.parent_id,
+            (SELECT head_depth + 1 FROM branches WHERE id = NEW.branch_id),
+            NEW.name, NEW.type, NEW.data, NEW.created_at,
+            (SELECT version FROM chats WHERE id = NEW.chat_id));
+    INSERT INTO messages_fts (rowid, tokens)
+    SELECT last_insert_rowid(), NEW.tokens WHERE NEW.tokens <> '';
+    UPDATE branches SET head_message_id = NEW.id, head_depth = head_depth + 1
+    WHERE id = NEW.branch_id;
+END
+"""
+"""The view and the INSTEAD OF trigger that make the append of a save one statement on SQLite
+(created by migration 0003; ``tests/store/test_write_parity.py`` checks that a migrated
+database holds exactly this text, and that the trigger writes the same rows as the Python
+path of ``_messages.write`` and PostgreSQL's statement). Changing them takes a migration."""
+
+_WRITTEN = M.alias("written")
+_SQLITE_SA = sqlite.dialect(paramstyle="qmark")
+_SQLITE_APPENDS: dict[tuple[int, bool], tuple[str, tuple[str, ...]]] = {}
+
+
+def _sqlite_append(count: int, returning: bool) -> tuple[str, tuple[str, ...]]:
+    """The append of ``count`` rows: one INSERT into the view, with ``returning`` the version
+    each message got (the subquery is correlated, so SQLite runs it after each row's trigger;
+    reading it costs a round trip to the driver's thread).
+
+    Compiled once per row count here (SQLAlchemy does not cache multi-row INSERTs): its SQL and
+    the order of its parameters, run with ``exec_driver_sql``, which SQLAlchemy's events see
+    like any statement."""
+    found = _SQLITE_APPENDS.get((count, returning))
+    if found is None:
+        written = (
+            select(_WRITTEN.c.version)
+            .where(_WRITTEN.c.id == literal_column("message_appends.id"))
+            .scalar_subquery()
+        )
+        rows: list[dict[str, Any]] = [
+            {
+                "branch_id": bindparam("branch_id"),
+                "touched_at": bindparam("touched_at"),
+                **{
+                    name: bindparam(f"{name}_{index}")
+                    for name in (
+                        "first",
+                        "id",
+                        "chat_id",
+                        "parent_id",
+                        "name",
+                        "type",
+                        "data",
+                        "created_at",
+                        "tokens",
+                    )
+                },
+            }
+            for index in range(count)
+        ]
+        statement = insert(_APPENDS).values(rows)
+        if returning:
+            statement = statement.returning(written)
+        compiled = statement.compile(dialect=_SQLITE_SA)
+        found = (compiled.string, tuple(compiled.positiontup or ()))
+        if len(_SQLITE_APPENDS) < 256:
+            _SQLITE_APPENDS[count, returning] = found
+    return found
+
+
+class SqliteDialect(Dialect):
+    """SQLite through aiosqlite: WAL, foreign keys, one writer at a time."""
+
+    name = "sqlite"
+    title = "SQLite"
+    driver = "aiosqlite"
+    options = frozenset({"sqlite_busy_timeout", "sqlite_synchronous"})
+    append_chunk = 2000  # 11 values per row, well under SQLite's 32 766 bound values
+    exact_candidates = True
+
+    # --- engine -----------------------------------------------------------------------------
+
+    @classmethod
+    def check_options(cls, given: Mapping[str, Any]) -> None:
+        if "sqlite_synchronous" in given:
+            synchronous_pragma(given["sqlite_synchronous"])
+
+    @classmethod
+    def from_url(cls, url: URL, options: EngineOptions) -> SqliteDialect:
+        return _SQLITE
+
+    @classmethod
+    def from_engine(cls, engine: AsyncEngine, options: EngineOptions) -> SqliteDialect:
+        install_hooks(engine)
+        return _SQLITE
+
+    def make_engine(self, url: URL, options: EngineOptions, kwargs: dict[str, Any]) -> AsyncEngine:
+        connect_args = dict(kwargs.pop("connect_args", None) or {})
+        connect_args.setdefault("timeout", float(options.sqlite_busy_timeout))
+        if is_memory(url):
+            kwargs.setdefault("poolclass", StaticPool)
+            connect_args.setdefault("check_same_thread", False)
+        engine = create_async_engine(url, connect_args=connect_args, **kwargs)
+        install_hooks(engine, synchronous_pragma(options.sqlite_synchronous))
+        return engine
+
+    def unit_locks(self, url: URL) -> UnitLocks:
+        # One writer per file: writes queue in the process rather than in the busy handler;
+        # in memory, every unit shares the one connection.
+        return "all" if is_memory(url) else "writes"
+
+    @classmethod
+    def local_file(cls, url: URL) -> str | None:
+        database = url.database or ""
+        return None if is_memory(url) or database.startswith("file:") else database
+
+    def prepare(self, conn: Connection, mode: Mode) -> None:
+        if mode == "write":
+            conn.execution_options(**{BEGIN_OPTION: "immediate"})
+        elif mode != "snapshot":
+            conn.execution_options(**{BEGIN_OPTION: "none"})
+
+    def join_transaction(self, conn: Connection) -> None:
+        # The sqlite3 module opens a transaction only before INSERT, UPDATE and DELETE, and
+        # an engine without the store's begin hook emits no BEGIN: a store's SAVEPOINT would
+        # then open the transaction itself and its RELEASE would commit it. The write lock is
+        # taken now, so a read-then-write never fails half-way with "database is locked".
+        driver = conn.connection.driver_connection
+        if not getattr(driver, "in_transaction", True):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    def database_identity(self, conn: Connection) -> tuple[Any, ...]:
+        for row in conn.exec_driver_sql("PRAGMA database_list").all():
+            if row[1] == "main":
+                if row[2]:
+                    return ("file", os.path.realpath(row[2]))
+                break
+        # In memory: the database lives and dies with its one driver connection.
+        return ("memory", id(conn.connection.driver_connection))
+
+    def encode_time(self, moment: datetime) -> str:
+        return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+    def decode_time(self, value: Any) -> Any:
+        try:
+            moment = datetime.fromisoformat(value)
+        except (TypeError, ValueError):
+            return damaged_time(value)  # named with its row when a record is built
+        return moment if moment.tzinfo is not None else damaged_time(value)
+
+    def raw_json(self, column_: Any) -> ColumnElement[Any]:
+        return type_coerce(column_, Text)
+
+    def raw_time(self, column_: Any) -> ColumnElement[Any]:
+        return type_coerce(column_, Text)
+
+    def insert(self, table: Table) -> Any:
+        return sqlite.insert(table)
+
+    def insert_blobs(self, table: Table) -> Any:
+        # Writers are serialised, and rewriting a row would copy its whole content.
+        return sqlite.insert(table).on_conflict_do_nothing(index_elements=[table.c.hash])
+
+    def metadata_filter(self, column: Any, wanted: Mapping[str, str | int | bool]) -> Any:
+        clauses = []
+        for key, value in wanted.items():
+            each = func.json_each(column).table_valued("key", "value", "type")
+            if isinstance(value, bool):
+                cond = each.c.type == ("true" if value else "false")
+            elif isinstance(value, int):
+                cond = and_(each.c.type == "integer", each.c.value == value)
+            else:
+                cond = and_(each.c.type == "text", each.c.value == value)
+            clauses.append(
+                exists(
+                    select(literal_column("1"))
+                    .select_from(each)
+                    .where(and_(each.c.key == key, cond))
+                )
+            )
+        return and_(*clauses)
+
+    def roles_filter(self, column_: ColumnElement[Any]) -> ColumnElement[bool]:
+        each = func.json_each(bindparam("roles")).table_valued("value")
+        return column_.in_(select(each.c.value))
+
+    def roles_value(self, roles: Sequence[str]) -> Any:
+        return dumps(list(roles))
+
+    def append(
+        self,
+        conn: Connection,
+        branch_id: str,
+        rows: Sequence[AppendRow],
+        *,
+        first: bool,
+        new_head: str,
+        touched_at: datetime,
+        report_version: bool = True,
+    ) -> int | None:
+        touched = self.encode_time(touched_at)
+        params: dict[str, Any] = {"branch_id": branch_id, "touched_at": touched}
+        for index, row in enumerate(rows):
+            params[f"first_{index}"] = 1 if first and index == 0 else 0
+            params[f"id_{index}"] = row.id
+            params[f"chat_id_{index}"] = row.chat_id
+            params[f"parent_id_{index}"] = row.parent_id
+            params[f"name_{index}"] = row.name
+            params[f"type_{index}"] = row.type
+            params[f"data_{index}"] = row.data
+            params[f"created_at_{index}"] = self.encode_time(row.created_at)
+            params[f"tokens_{index}"] = " ".join(row.tokens)
+        sql, names = _sqlite_append(len(rows), report_version)
+        try:
+            result = conn.exec_driver_sql(sql, tuple(params[name] for name in names))
+            versions = result.all() if report_version else None
+        except DBAPIError as exc:
+            message = str(orig(exc))
+            if "agentcontext: head moved" in message:
+                raise AppendRefused("moved") from None
+            if "agentcontext: no such branch" in message:
+                raise AppendRefused("branch") from None
+            if self.is_unique_violation(exc):
+                raise AppendRefused("exists") from None
+            raise
+        return None if versions is None else int(versions[-1][0])
+
+    def message_upsert(self) -> Any:
+        return _message_upsert(self.insert(M))
+
+    def search_row_values(self, tokens: list[str]) -> dict[str, Any]:
+        return {}  # the FTS5 table is kept by index_rows / unindex_rows
+
+    def index_rows(self, conn: Connection, rows: Sequence[tuple[int, list[str]]]) -> None:
+        batch = [(seq, " ".join(tokens)) for seq, tokens in rows if tokens]
+        if batch:
+            conn.exec_driver_sql("INSERT INTO messages_fts (rowid, tokens) VALUES (?, ?)", batch)
+
+    def unindex_rows(self, conn: Connection, rows: Sequence[tuple[int, list[str]]]) -> None:
+        # A contentless FTS5 table forgets a row when given exactly the tokens it indexed.
+        batch = [(seq, " ".join(tokens)) for seq, tokens in rows if tokens]
+        if batch:
+            conn.exec_driver_sql(
+                "INSERT INTO messages_fts (messages_fts, rowid, tokens) VALUES ('delete', ?, ?)",
+                batch,
+            )
+
+    def _candidates(self, scope: ColumnElement[bool]) -> Select[Any]:
+        fts = table("messages_fts", column("rowid", Integer))
+        match = literal_column("messages_fts").op("MATCH")(bindparam("search_query"))
+        return (
+            select(*candidate_columns(self))
+            .select_from(fts.join(M, M.c.seq == fts.c.rowid))
+            .where(match, fts.c.rowid < bindparam("before_seq"), scope)
+            .order_by(fts.c.rowid.desc())
+            .limit(bindparam("search_limit"))
+        )
+
+    def search_params(self, query: Sequence[str]) -> dict[str, Any]:
+        # Each token quoted: FTS5 reads it as one plain token, never as an operator.
+        return {"search_query": " ".join(f'"{token}"' for token in query)}
+
+    def take_migration_lock(self, connection: Connection) -> None:
+        """SQLite holds the write lock already (the migration's transaction is IMMEDIATE)."""
+
+    def is_unique_violation(self, exc: BaseException) -> bool:
+        return "UNIQUE constraint failed" in str(orig(exc))
+
+    def is_foreign_key_violation(self, exc: BaseException) -> bool:
+        return "FOREIGN KEY constraint failed" in str(orig(exc))
+
+    def is_out_of_range(self, exc: BaseException) -> bool:
+        found = orig(exc)
+        return isinstance(found, OverflowError) or "too large" in str(found)
+
+    def translate(
+        self, exc: BaseException, reason: str, url: URL, busy: bool
+    ) -> ContextError | None:
+        shown = url.render_as_string(hide_password=True)
+        if "unable to open database file" in reason:
+            return StoreUnavailableError(
+                f"cannot open the SQLite database at {shown}: {reason}. Check that its "
+                "directory exists and is writable"
+            )
+        if "file is not a database" in reason or "malformed" in reason:
+            return StoreError(
+                f"{shown} is not a valid SQLite database ({reason}); point the store at "
+                "a new file or restore this one from a backup"
+            )
+        if "database is locked" in reason:
+            if busy:
+                return ChatBusyError(
+                    f"the SQLite database at {shown} is locked by an open transaction of "
+                    "this process (store.using() or store.begin()) that did not end within "
+                    "the busy timeout (sqlite_busy_timeout); nothing was written. End that "
+                    "transaction first"
+                )
+            return StoreUnavailableError(
+                f"the SQLite database at {shown} stayed locked by another process for "
+                "longer than the busy timeout (sqlite_busy_timeout); retry, or let that "
+                "process finish its write"
+            )
+        return None
+
+    def unindex_chat(self, conn: Connection, chat_id: str) -> None:
+        last = -1
+        while True:
+            rows = conn.execute(
+                select(M.c.seq, M.c.data)
+                .where(M.c.chat_id == chat_id, M.c.seq > last)
+                .order_by(M.c.seq)
+                .limit(2000)
+            ).all()
+            if not rows:
+                return
+            self.unindex_rows(conn, [(int(seq), index_tokens(data)) for seq, data in rows])
+            last = rows[-1][0]
+
+
+_SQLITE = SqliteDialect()
+
+
+def is_memory(url: URL) -> bool:
+    """True for an in-memory SQLite URL."""
+    database = url.database or ""
+    return url.get_backend_name() == "sqlite" and (
+        database in ("", ":memory:") or "mode=memory" in str(url.query)
+    )
+
+
+def install_hooks(engine: AsyncEngine, synchronous: str = "NORMAL") -> None:
+    """Install the SQLite connection pragmas and the begin hook on an engine (once).
+
+    The driver's own transaction handling is switched off: statements autocommit unless the
+    begin hook (SQLAlchemy's ``begin`` event) emits ``BEGIN``, and it emits ``BEGIN
+    IMMEDIATE`` for a write transaction, so a read-then-write transaction never fails with
+    "database is locked", and nothing for reads and single-statement writes.
+    """
+    sync_engine = engine.sync_engine
+    if sync_engine.__dict__.get("_agentcontext_hooks"):
+        return
+    sync_engine.__dict__["_agentcontext_hooks"] = True
+    memory = is_memory(engine.url)
+
+    @event.listens_for(sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            if not memory:
+                cursor.execute("PRAGMA journal_mode = WAL")
+                cursor.execute(SQLITE_SYNCHRONOUS[synchronous])
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(sync_engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        begin = connection.get_execution_options().get(BEGIN_OPTION)
+        if begin == "immediate":
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        elif begin != "none":
+            connection.exec_driver_sql("BEGIN")
+
+
+def synchronous_pragma(value: object) -> str:
+    """Check the ``sqlite_synchronous`` option and return its PRAGMA value."""
+    if not isinstance(value, str):
+        raise InvalidTypeError(
+            f"sqlite_synchronous must be 'normal' or 'full', got {type(value).__name__}"
+        )
+    if value.lower() not in ("normal", "full"):
+        raise InvalidInputError(
+            f"sqlite_synchronous must be 'normal' (the default: a killed process loses "
+            f"nothing, a power cut may lose the last commits) or 'full' (every commit is on "
+            f"disk before it returns), got {value!r}"
+        )
+    return value.upper()

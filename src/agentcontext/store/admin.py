@@ -1,0 +1,52 @@
+"""Administration of a store's database, for tools such as the ``agentcontext`` command line.
+
+Package-internal: the command line and the viewer use these; applications use
+`SqlContextStore` (which migrates and checks its schema by itself).
+
+- Schema revisions and migrations in one locked write transaction: `make_config`,
+  `head_revision`, `current_revision`, `run_in_write_transaction`, `upgrade_in_transaction`,
+  `downgrade_in_transaction`.
+- The driver's worker threads (aiosqlite), so a program can let them finish before its event
+  loop closes: `driver_threads`, `settle_driver_threads`.
+- Checking a chat export before it is written: `check_export`; new ids: `new_id`; the file
+  of a database URL: `database_file`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+from agentcontext.store._checks import new_id
+from agentcontext.store._database import driver_threads, settle_driver_threads
+from agentcontext.store._dialects import database_file as _database_file
+from agentcontext.store._migrate import (
+    current_revision,
+    downgrade_in_transaction,
+    head_revision,
+    make_config,
+    run_in_write_transaction,
+    upgrade_in_transaction,
+)
+from agentcontext.store._transfer import check_export
+
+__all__ = [
+    "check_export",
+    "database_file",
+    "current_revision",
+    "downgrade_in_transaction",
+    "driver_threads",
+    "head_revision",
+    "make_config",
+    "new_id",
+    "run_in_write_transaction",
+    "settle_driver_threads",
+    "upgrade_in_transaction",
+]
+
+
+def database_file(url: str) -> Path | None:
+    """The local file a database URL names (an SQLite file), or None (a server, memory)."""
+    found = _database_file(make_url(url))
+    return None if found is None else Path(found)
