@@ -7,7 +7,8 @@ Two ways in:
   connection to Alembic through ``config.attributes["connection"]`` (connection sharing).
 - ``alembic upgrade head`` from the command line: the database URL comes from ``-x url=...``,
   else the ``AGENTCONTEXT_URL`` environment variable, else ``sqlalchemy.url`` in alembic.ini.
-  The same async engine set-up, transaction and lock are used.
+  The same async engine set-up, transaction and lock are used. ``-x schema=acme`` migrates a
+  tenant's PostgreSQL schema (created when missing).
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ def _url() -> str:
     return url
 
 
+def _schema() -> str | None:
+    """The tenant schema: ``-x schema=acme`` on the command line, or the store's."""
+    given = context.get_x_argument(as_dictionary=True).get("schema")
+    if given:
+        from agentcontext.store._options import check_schema_name
+
+        return check_schema_name(given)
+    found = config.attributes.get("schema")
+    return found if isinstance(found, str) else None
+
+
 def run_migrations_offline() -> None:
     """Emit SQL to stdout (``alembic upgrade head --sql``)."""
     context.configure(
@@ -52,6 +64,7 @@ def run_migrations_offline() -> None:
         target_metadata=target_metadata,
         literal_binds=True,
         version_table=VERSION_TABLE,
+        version_table_schema=_schema(),
         include_name=_migrate.include_name,
         dialect_opts={"paramstyle": "named"},
     )
@@ -65,6 +78,7 @@ def do_run_migrations(connection: Connection) -> None:
         connection=connection,
         target_metadata=target_metadata,
         version_table=VERSION_TABLE,
+        version_table_schema=_schema(),
         include_name=_migrate.include_name,
         compare_type=True,
         render_as_batch=connection.dialect.name == "sqlite",
@@ -78,7 +92,7 @@ def run_migrations_online() -> None:
     if connection is not None:
         do_run_migrations(connection)
         return
-    asyncio.run(_migrate.run_with_new_engine(_url(), do_run_migrations))
+    asyncio.run(_migrate.run_with_new_engine(_url(), do_run_migrations, _schema()))
 
 
 if context.is_offline_mode():

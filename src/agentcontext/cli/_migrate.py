@@ -34,9 +34,17 @@ def register(commands: Any) -> None:
         description="Manage the agentcontext schema of the database at --url with the "
         "migrations packaged with this version of agentcontext.",
     )
+    schema = argparse.ArgumentParser(add_help=False)
+    schema.add_argument(
+        "--schema",
+        metavar="NAME",
+        help="a tenant's PostgreSQL schema (created by upgrade when missing); default: the "
+        "database's default schema",
+    )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     up = actions.add_parser(
         "upgrade",
+        parents=[schema],
         help="upgrade the schema (to the newest revision by default)",
         description="Upgrade the schema to REVISION (default: head, the newest). Creates the "
         "tables in an empty database. Safe to run while other processes start.",
@@ -45,6 +53,7 @@ def register(commands: Any) -> None:
     up.set_defaults(handler=_upgrade)
     down = actions.add_parser(
         "downgrade",
+        parents=[schema],
         help="downgrade the schema to a revision ('base' removes it)",
         description="Downgrade the schema to REVISION: a revision id, a relative step such "
         "as -1, or 'base' to drop every agentcontext table (and its data).",
@@ -53,6 +62,7 @@ def register(commands: Any) -> None:
     down.set_defaults(handler=_downgrade)
     current = actions.add_parser(
         "current",
+        parents=[schema],
         help="print the database's revision, or 'empty'",
         description="Print the revision the database is at, or 'empty' when it has no "
         "agentcontext schema. Never changes the database.",
@@ -60,6 +70,7 @@ def register(commands: Any) -> None:
     current.set_defaults(handler=_current)
     check = actions.add_parser(
         "check",
+        parents=[schema],
         help="exit 0 if the schema is up to date, 4 (with the command to run) if not",
         description="Exit 0 when the database is at the newest revision. Otherwise print the "
         "command that upgrades it and exit 4. Never changes the database.",
@@ -71,9 +82,9 @@ def register(commands: Any) -> None:
 
 
 @asynccontextmanager
-async def _engine_of(env: Env) -> AsyncIterator[SqlContextStore]:
+async def _engine_of(env: Env, schema: str | None = None) -> AsyncIterator[SqlContextStore]:
     """A store used only for its engine (never initialised, so nothing is migrated)."""
-    store = SqlContextStore(env.url, migrate=False)
+    store = SqlContextStore(env.url, migrate=False, schema=schema)
     with new_file_removed_on_error(env.url):
         try:
             yield store
@@ -83,9 +94,9 @@ async def _engine_of(env: Env) -> AsyncIterator[SqlContextStore]:
             await store.close()
 
 
-async def _revision(store: SqlContextStore) -> str | None:
+async def _revision(store: SqlContextStore, schema: str | None = None) -> str | None:
     async with store.engine.connect() as conn:
-        revision: str | None = await conn.run_sync(m.current_revision)
+        revision: str | None = await conn.run_sync(m.current_revision, schema)
     return revision
 
 
@@ -131,8 +142,8 @@ async def _run(store: SqlContextStore, step: Callable[[Connection], None]) -> No
 
 
 async def _current(args: argparse.Namespace, env: Env) -> int:
-    async with _engine_of(env) as store:
-        revision = None if env.missing_database() else await _revision(store)
+    async with _engine_of(env, args.schema) as store:
+        revision = None if env.missing_database() else await _revision(store, args.schema)
     if env.out.rich:
         env.out.line(_label(revision), style="bold")
     else:
@@ -142,9 +153,9 @@ async def _current(args: argparse.Namespace, env: Env) -> int:
 
 async def _check(args: argparse.Namespace, env: Env) -> int:
     head = m.head_revision()
-    async with _engine_of(env) as store:
+    async with _engine_of(env, args.schema) as store:
         _require_database(env)
-        revision = await _revision(store)
+        revision = await _revision(store, args.schema)
     if revision == head:
         env.out.line(f"up to date: {env.shown_url} is at revision {head} (head)", style="green")
         return EXIT_OK
@@ -153,22 +164,23 @@ async def _check(args: argparse.Namespace, env: Env) -> int:
     state = "has no agentcontext schema" if revision is None else f"is at revision {revision}"
     raise SchemaOutdatedError(
         f"the database at {env.shown_url} {state}; this version of agentcontext needs "
-        f"revision {head}. Upgrade it with: {env.command('migrate', 'upgrade')}"
+        f"revision {head}. Upgrade it with: "
+        f"{env.command('migrate', 'upgrade', *(['--schema', args.schema] if args.schema else []))}"
     )
 
 
 async def _upgrade(args: argparse.Namespace, env: Env) -> int:
     target: str = args.revision
-    async with _engine_of(env) as store:
-        before = await _revision(store)
+    async with _engine_of(env, args.schema) as store:
+        before = await _revision(store, args.schema)
         if before is not None and not _known(before):
             raise _newer(env, before)
 
         def step(connection: Connection) -> None:
-            m.upgrade_in_transaction(connection, target)
+            m.upgrade_in_transaction(connection, target, args.schema)
 
         await _run(store, step)
-        after = await _revision(store)
+        after = await _revision(store, args.schema)
     if before == after:
         env.out.line(f"{env.shown_url} is already at revision {_label(after)}")
     else:
@@ -180,17 +192,17 @@ async def _upgrade(args: argparse.Namespace, env: Env) -> int:
 
 async def _downgrade(args: argparse.Namespace, env: Env) -> int:
     target: str = args.revision
-    async with _engine_of(env) as store:
+    async with _engine_of(env, args.schema) as store:
         _require_database(env)
-        before = await _revision(store)
+        before = await _revision(store, args.schema)
         if before is not None and not _known(before):
             raise _newer(env, before)
 
         def step(connection: Connection) -> None:
-            m.downgrade_in_transaction(connection, target)
+            m.downgrade_in_transaction(connection, target, args.schema)
 
         await _run(store, step)
-        after = await _revision(store)
+        after = await _revision(store, args.schema)
     if before == after:
         env.out.line(f"{env.shown_url} is already at revision {_label(after)}")
     else:

@@ -6,7 +6,18 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Sequence
 
-from sqlalchemy import Connection, delete, func, literal, select, text, update
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    delete,
+    exists,
+    func,
+    literal,
+    literal_column,
+    select,
+    update,
+)
 
 from agentcontext import _validate as v
 from agentcontext.errors import (
@@ -202,12 +213,15 @@ def get_by_id(conn: Connection, branch_id: str) -> Branch | None:
 
 
 # The last column of both states: whether the chat holds a compaction (a probe of the partial
-# index of compactions), so that a chain load of a chat without any does not look for one.
-_STATE = text(
-    "SELECT b.id, b.chat_id, b.name, b.head_message_id, b.is_active, b.created_at, "
-    "c.version, c.message_count, b.head_depth, "
-    "EXISTS (SELECT 1 FROM messages AS m WHERE m.chat_id = c.id AND m.type = 'compaction') "
-    "FROM branches AS b JOIN chats AS c ON c.id = b.chat_id WHERE b.id = :branch_id"
+# index of compactions, whose condition it repeats literally), so that a chain load of a chat
+# without any does not look for one.
+_COMPACTED = exists(
+    select(literal(1)).where(M.c.chat_id == C.c.id, M.c.type == literal_column("'compaction'"))
+)
+_STATE = (
+    select(*BRANCH_COLS, C.c.version, C.c.message_count, B.c.head_depth, _COMPACTED)
+    .join_from(B, C, C.c.id == B.c.chat_id)
+    .where(B.c.id == bindparam("branch_id"))
 )
 
 
@@ -216,7 +230,7 @@ def state(conn: Connection, dialect: Dialect, branch_id: str) -> BranchState | N
     row = conn.execute(_STATE, {"branch_id": branch_id}).first()
     if row is None:
         return None
-    branch = _rows.branch((*row[:5], dialect.decode_time(row[5])))
+    branch = _rows.branch(row[:6])
     return _rows.build(
         BranchState,
         {
@@ -229,13 +243,16 @@ def state(conn: Connection, dialect: Dialect, branch_id: str) -> BranchState | N
     )
 
 
-_CHAT_STATE = text(
-    "SELECT c.id, c.user_id, c.title, c.metadata, c.created_at, c.updated_at, c.version, "
-    "c.message_count, b.id, b.name, b.head_message_id, b.created_at, b.head_depth, "
-    "EXISTS (SELECT 1 FROM messages AS m WHERE m.chat_id = c.id AND m.type = 'compaction') "
-    "FROM chats AS c LEFT JOIN branches AS b ON b.chat_id = c.id AND b.is_active "
-    "WHERE c.id = :chat_id"
-)
+_CHAT_STATE = (
+    select(
+        C.c.id, C.c.user_id, C.c.title, C.c.metadata, C.c.created_at,
+        C.c.updated_at, C.c.version, C.c.message_count, B.c.id, B.c.name, B.c.head_message_id,
+        B.c.created_at, B.c.head_depth, _COMPACTED,
+    )
+    .select_from(C)
+    .outerjoin(B, and_(B.c.chat_id == C.c.id, B.c.is_active))
+    .where(C.c.id == bindparam("chat_id"))
+)  # fmt: skip
 
 
 def chat_state(conn: Connection, dialect: Dialect, chat_id: str) -> ChatState | None:
@@ -249,12 +266,12 @@ def chat_state(conn: Connection, dialect: Dialect, chat_id: str) -> ChatState | 
             row[0],
             row[1],
             row[2],
-            dialect.decode_json(row[3]) if isinstance(row[3], str) else row[3],
-            dialect.decode_time(row[4]),
-            dialect.decode_time(row[5]),
+            row[3],
+            row[4],
+            row[5],
         )
     )
-    branch = _rows.branch((row[8], row[0], row[9], row[10], True, dialect.decode_time(row[11])))
+    branch = _rows.branch((row[8], row[0], row[9], row[10], True, row[11]))
     return _rows.build(
         ChatState,
         {

@@ -26,6 +26,7 @@ from agentcontext._gc import gc_paused
 from agentcontext.errors import InvalidGraphError
 from agentcontext.store import _rows
 from agentcontext.store._dialects import Dialect
+from agentcontext.store._schema import chats as C
 from agentcontext.store._schema import messages as M
 from agentcontext.store.records import ChainRows, MessageRecord
 
@@ -91,22 +92,21 @@ def _statement(dialect: Dialect, shape: str, plan: str) -> Any:
     return found
 
 
+_HEAD_INFO = (
+    select(M.c.chat_id, M.c.depth, C.c.message_count)
+    .join_from(M, C, C.c.id == M.c.chat_id)
+    .where(M.c.id == bindparam("head_id"))
+)
+
+
 def head_info(conn: Connection, head_id: str) -> tuple[str, int, int] | None:
     """``(chat_id, depth, chat message count)`` of a message, or None."""
-    row = conn.execute(
-        text(
-            "SELECT m.chat_id, m.depth, c.message_count FROM messages AS m "
-            "JOIN chats AS c ON c.id = m.chat_id WHERE m.id = :head_id"
-        ),
-        {"head_id": head_id},
-    ).first()
+    row = conn.execute(_HEAD_INFO, {"head_id": head_id}).first()
     return None if row is None else (row[0], int(row[1]), int(row[2]))
 
 
 def _stop_depth(conn: Connection, chat_id: str, head_id: str, head_depth: int, after: str) -> int:
-    row = conn.execute(
-        text("SELECT chat_id, depth FROM messages WHERE id = :id"), {"id": after}
-    ).first()
+    row = conn.execute(select(M.c.chat_id, M.c.depth).where(M.c.id == after)).first()
     if row is None or row[0] != chat_id or int(row[1]) >= head_depth:
         raise InvalidGraphError(f"message {after!r} is not an ancestor of {head_id!r}")
     return int(row[1])

@@ -238,6 +238,8 @@ class Database:
         self._sync_engine = engine.sync_engine
         self._owns_engine = owns_engine
         self._memory = dialect.unit_locks(engine.url) == "all"
+        self._translate = None if dialect.schema is None else {None: dialect.schema}
+        """SQLAlchemy's ``schema_translate_map``: the store's tables in its schema."""
         """One connection shared by every unit (an in-memory SQLite database)."""
         self._prepare = prepare
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -449,6 +451,8 @@ class Database:
     def _sync_unit(self, mode: Mode, unit: Callable[[Connection], T], state: _UnitState) -> T:
         with self._sync_engine.connect() as conn:
             self.dialect.prepare(conn, mode)
+            if self._translate is not None:
+                conn.execution_options(schema_translate_map=self._translate)
             if mode == "read":
                 return unit(conn)
             if mode == "atomic":
@@ -499,12 +503,30 @@ class Database:
                     await self._wait_for_holds(chats, mine=transaction)
                     self._hold(chats, transaction)
                 call = self._savepoint(unit)
+            if self._translate is not None:
+                call = self._in_schema(call)
             try:
                 return await conn.run_sync(call)
             except ContextError:
                 raise
             except (SQLAlchemyError, OSError, TimeoutError) as exc:
                 raise await self.failed(exc) from exc
+
+    def _in_schema(self, unit: Callable[[Connection], T]) -> Callable[[Connection], T]:
+        """``unit`` on a caller's connection with the store's tables in its schema, the
+        connection's own options as they were afterwards."""
+
+        def run(conn: Connection) -> T:
+            before = conn.get_execution_options().get("schema_translate_map")
+            conn.execution_options(
+                schema_translate_map={**(before or {}), **(self._translate or {})}
+            )
+            try:
+                return unit(conn)
+            finally:
+                conn.execution_options(schema_translate_map=before)
+
+        return run
 
     def _savepoint(self, unit: Callable[[Connection], T]) -> Callable[[Connection], T]:
         def run(conn: Connection) -> T:

@@ -75,42 +75,64 @@ def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
     return True
 
 
-def current_revision(connection: Connection) -> str | None:
-    """The revision the database is at, or None for an empty database."""
+def current_revision(connection: Connection, schema: str | None = None) -> str | None:
+    """The revision the database (or its ``schema``) is at, or None for an empty one."""
     from alembic.runtime.migration import MigrationContext
 
-    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
-    return context.get_current_revision()
+    opts = {"version_table": VERSION_TABLE, "version_table_schema": schema}
+    return MigrationContext.configure(connection, opts=opts).get_current_revision()
 
 
-def _read_revision(connection: Connection) -> str | None:
+def _read_revision(connection: Connection, schema: str | None = None) -> str | None:
     """The revision with one query (no Alembic); None without a version table."""
     try:
         rows: list[Any] = list(
-            connection.execute(select(column("version_num")).select_from(table(VERSION_TABLE)))
+            connection.execute(
+                select(column("version_num")).select_from(table(VERSION_TABLE, schema=schema))
+            )
         )
     except DBAPIError:
         return None
     return rows[0][0] if len(rows) == 1 else None
 
 
-def upgrade_in_transaction(connection: Connection, revision: str = "head") -> None:
-    """Upgrade on a connection inside a write transaction, holding the migration lock."""
+def enter_schema(connection: Connection, schema: str | None, *, create: bool) -> None:
+    """Inside a migration's transaction: make ``schema`` (a checked name) the one unqualified
+    names resolve to, creating it first with ``create``. ``SET LOCAL`` lasts for the
+    transaction only, so it holds behind PgBouncer in transaction pooling mode too."""
+    if schema is None:
+        return
+    if create:
+        connection.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    connection.exec_driver_sql(f'SET LOCAL search_path TO "{schema}"')
+
+
+def upgrade_in_transaction(
+    connection: Connection, revision: str = "head", schema: str | None = None
+) -> None:
+    """Upgrade on a connection inside a write transaction, holding the migration lock (in
+    ``schema``, created if missing)."""
     from alembic import command
 
     dialect_for(connection.dialect.name).take_migration_lock(connection)
+    enter_schema(connection, schema, create=True)
     config = make_config()
     config.attributes["connection"] = connection
+    config.attributes["schema"] = schema
     command.upgrade(config, revision)
 
 
-def downgrade_in_transaction(connection: Connection, revision: str) -> None:
+def downgrade_in_transaction(
+    connection: Connection, revision: str, schema: str | None = None
+) -> None:
     """Downgrade on a connection inside a write transaction, holding the migration lock."""
     from alembic import command
 
     dialect_for(connection.dialect.name).take_migration_lock(connection)
+    enter_schema(connection, schema, create=False)
     config = make_config()
     config.attributes["connection"] = connection
+    config.attributes["schema"] = schema
     command.downgrade(config, revision)
 
 
@@ -122,8 +144,11 @@ async def run_in_write_transaction(engine: AsyncEngine, fn: Callable[[Connection
             return await conn.run_sync(fn)
 
 
-async def run_with_new_engine(url: str, fn: Callable[[Connection], Any]) -> Any:
-    """For ``alembic`` on the command line: a throw-away engine, one locked write transaction."""
+async def run_with_new_engine(
+    url: str, fn: Callable[[Connection], Any], schema: str | None = None
+) -> Any:
+    """For ``alembic`` on the command line: a throw-away engine, one locked write transaction
+    (in ``schema``, created if missing)."""
     from agentcontext.store._options import StoreOptions, make_engine
 
     engine, dialect = make_engine(
@@ -132,6 +157,7 @@ async def run_with_new_engine(url: str, fn: Callable[[Connection], Any]) -> Any:
 
     def locked(connection: Connection) -> Any:
         dialect.take_migration_lock(connection)
+        enter_schema(connection, schema, create=True)
         return fn(connection)
 
     try:
@@ -140,12 +166,14 @@ async def run_with_new_engine(url: str, fn: Callable[[Connection], Any]) -> Any:
         await engine.dispose()
 
 
-def outdated_message(url: str, current: str | None, head: str) -> str:
+def outdated_message(url: str, current: str | None, head: str, schema: str | None = None) -> str:
     """What `SchemaOutdatedError` says, with the command to run."""
     state = "has no agentcontext schema" if current is None else f"is at revision {current}"
+    where = f"the database at {url}" + ("" if schema is None else f" (schema {schema!r})")
+    option = "" if schema is None else f" --schema {schema}"
     return (
-        f"the database at {url} {state}; this version of agentcontext needs "
-        f"revision {head}. Upgrade it with: agentcontext migrate upgrade --url '{url}' "
+        f"{where} {state}; this version of agentcontext needs "
+        f"revision {head}. Upgrade it with: agentcontext migrate upgrade --url '{url}'{option} "
         "(or use SqlContextStore(..., migrate='auto'))"
     )
 
@@ -156,18 +184,21 @@ async def prepare_schema(db: Database, mode: MigrateMode) -> None:
     Safe when several processes start at once: the upgrade runs in one write transaction under
     the migration lock, and each process checks the revision again inside it.
     """
+    schema = db.dialect.schema
     try:
         async with db.engine.connect() as conn:
             await conn.execution_options(**{BEGIN_OPTION: "none"})
-            current = await conn.run_sync(_read_revision)
+            current = await conn.run_sync(_read_revision, schema)
     except Exception as exc:
         raise await db.failed(exc) from exc
     if current == HEAD_REVISION:
         return
     if mode is False:
-        raise SchemaOutdatedError(outdated_message(db.url, current, HEAD_REVISION))
+        raise SchemaOutdatedError(outdated_message(db.url, current, HEAD_REVISION, schema))
     try:
-        await run_in_write_transaction(db.engine, upgrade_in_transaction)
+        await run_in_write_transaction(
+            db.engine, functools.partial(upgrade_in_transaction, schema=schema)
+        )
     except Exception as exc:
         if "Can't locate revision" in str(exc) or "No such revision" in str(exc):
             raise SchemaOutdatedError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
@@ -18,7 +19,7 @@ from agentcontext.store import _dialects
 from agentcontext.store._database import Database
 from agentcontext.store._dialects import Dialect
 
-__all__ = ["MigrateMode", "StoreOptions", "make_engine", "open_database"]
+__all__ = ["StoreOptions", "check_schema_name", "make_engine", "open_database"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +51,10 @@ class StoreOptions:
     sqlite_synchronous: str = "normal"
     """``"normal"`` (a killed process loses nothing, a power cut may lose the last commits) or
     ``"full"`` (every commit is on disk before it returns)."""
+    schema: str | None = None
+    """PostgreSQL only: the schema that holds every table, index and the Alembic version table
+    of this store (created when missing under ``migrate="auto"``); stores on different schemas
+    of one database never see each other's data. One tenant per schema."""
     lock_timeout: float = 30.0
     """Seconds a write waits for a chat held by an uncommitted transaction of this process
     (``store.using()`` / ``store.begin()``) before it fails with `ChatBusyError`."""
@@ -97,6 +102,8 @@ class StoreOptions:
             "lock_timeout",
         ):
             _check_seconds(given.get(name), name)
+        if given.get("schema") is not None:
+            check_schema_name(given["schema"])
         for name in ("pgbouncer", "echo"):
             if name in given:
                 v.check_bool(given[name], name)
@@ -194,3 +201,19 @@ def open_database(
         prepare=prepare,
         lock_timeout=float(options.lock_timeout),
     )
+
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def check_schema_name(value: object) -> str:
+    """A schema name the store can use unquoted and quoted alike: lowercase letters, digits
+    and underscores, not starting with a digit or ``pg_``, at most 63 characters."""
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"schema must be a str, got {v.type_name(value)}")
+    if not _SCHEMA_NAME.fullmatch(value) or value.startswith("pg_"):
+        raise InvalidInputError(
+            f"schema {value!r} is not a usable schema name: use lowercase letters, digits and "
+            "underscores (at most 63, not starting with a digit or 'pg_'), e.g. 'tenant_acme'"
+        )
+    return value

@@ -39,7 +39,8 @@ from agentcontext.store import (
 )
 from agentcontext.store._checks import check_metadata_filter, check_record, check_records, new_id
 from agentcontext.store._database import Database, Transaction, unit
-from agentcontext.store._options import MigrateMode, StoreOptions, open_database
+from agentcontext.store._migrate import MigrateMode
+from agentcontext.store._options import StoreOptions, open_database
 from agentcontext.store._schema import resolve_records as RR
 from agentcontext.store._schema import snapshots as SN
 from agentcontext.store.base import ContextStore
@@ -80,7 +81,7 @@ class SqlContextStore(ContextStore):
 
     The other options are keyword-only and typed: ``pool_size``, ``max_overflow``,
     ``pool_timeout``, ``pool_recycle``, ``connect_timeout``, ``command_timeout``,
-    ``pgbouncer``, ``sqlite_busy_timeout``, ``sqlite_synchronous``, ``lock_timeout``,
+    ``pgbouncer``, ``sqlite_busy_timeout``, ``sqlite_synchronous``, ``schema``, ``lock_timeout``,
     ``echo``, ``connect_args``, ``engine_options``.
     The options are described in `StoreOptions`; an unknown one is an `InvalidInputError`.
 
@@ -109,6 +110,7 @@ class SqlContextStore(ContextStore):
         pgbouncer: bool = False,
         sqlite_busy_timeout: float = 30.0,
         sqlite_synchronous: str = "normal",
+        schema: str | None = None,
         lock_timeout: float = 30.0,
         echo: bool = False,
         connect_args: Mapping[str, Any] | None = None,

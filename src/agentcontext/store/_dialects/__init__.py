@@ -75,15 +75,16 @@ def for_url(url: URL, options: EngineOptions) -> Dialect:
             f"use the {cls.driver} driver for {url.get_backend_name()}: "
             f"{cls.name}+{cls.driver}://... (got {url.drivername})"
         )
+    _refuse_foreign(cls, options)
+    return cls.from_url(url, options)
+
+
+def _refuse_foreign(cls: type[Dialect], options: EngineOptions) -> None:
     changed = options.changed_options
     for other in _DIALECTS.values():
         foreign = sorted((other.options - cls.options) & changed)
         if other is not cls and foreign:
-            verb = "applies" if len(foreign) == 1 else "apply"
-            raise InvalidInputError(
-                f"{', '.join(foreign)} {verb} to {other.title} only, not to a {cls.title} database"
-            )
-    return cls.from_url(url, options)
+            raise cls.refuse(foreign, other)
 
 
 def database_file(url: URL) -> str | None:
@@ -94,7 +95,9 @@ def database_file(url: URL) -> str | None:
 
 def for_engine(engine: AsyncEngine, options: EngineOptions) -> Dialect:
     """The dialect of a store on a caller's engine (the engine is made ready for it)."""
-    return dialect_class(engine.dialect.name).from_engine(engine, options)
+    cls = dialect_class(engine.dialect.name)
+    _refuse_foreign(cls, options)
+    return cls.from_engine(engine, options)
 
 
 @dataclass(frozen=True)
@@ -106,9 +109,11 @@ class _Defaults:
     command_timeout: float | None = None
     sqlite_busy_timeout: float = 30.0
     sqlite_synchronous: str = "normal"
+    schema: str | None = None
     changed_options: frozenset[str] = frozenset()
 
 
-def dialect_for(name: str, *, pgbouncer: bool = False) -> Dialect:
+def dialect_for(name: str, *, pgbouncer: bool = False, schema: str | None = None) -> Dialect:
     """The `Dialect` for a SQLAlchemy dialect name with default options (migrations, tools)."""
-    return dialect_class(name).from_url(URL.create(name), _Defaults(pgbouncer=pgbouncer))
+    options = _Defaults(pgbouncer=pgbouncer, schema=schema)
+    return dialect_class(name).from_url(URL.create(name), options)

@@ -22,7 +22,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentcontext._validate import loads
-from agentcontext.errors import ContextError
+from agentcontext.errors import ContextError, InvalidInputError
 from agentcontext.store._rows import damaged_json
 from agentcontext.store._schema import chats as C
 from agentcontext.store._schema import messages as M
@@ -86,6 +86,8 @@ class EngineOptions(Protocol):
     def sqlite_busy_timeout(self) -> float: ...
     @property
     def sqlite_synchronous(self) -> str: ...
+    @property
+    def schema(self) -> str | None: ...
 
 
 UnitLocks = Literal["none", "writes", "all"]
@@ -105,6 +107,8 @@ class Dialect(abc.ABC):
     """The async driver the store uses with it."""
     options: ClassVar[frozenset[str]]
     """The store options that apply to this dialect only (others' are refused)."""
+    schema: str | None = None
+    """The schema the store's tables live in (None: the database's default)."""
     atomic_needs_commit = False
     """Whether a lone statement runs inside a transaction to commit (behind PgBouncer)."""
 
@@ -113,6 +117,14 @@ class Dialect(abc.ABC):
     @classmethod  # noqa: B027 - optional: nothing to check by default
     def check_options(cls, given: Mapping[str, Any]) -> None:
         """Check the values of this dialect's own options (`options`) beyond their types."""
+
+    @classmethod
+    def refuse(cls, names: list[str], other: type[Dialect]) -> InvalidInputError:
+        """The error for options of ``other`` given to a store of this dialect."""
+        verb = "applies" if len(names) == 1 else "apply"
+        return InvalidInputError(
+            f"{', '.join(names)} {verb} to {other.title} only, not to a {cls.title} database"
+        )
 
     @classmethod
     @abc.abstractmethod

@@ -9,6 +9,7 @@ Python; concurrent migrations are serialised by an advisory lock.
 
 from __future__ import annotations
 
+import re
 import shlex
 import uuid
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,7 @@ from sqlalchemy import (
     case,
     cast,
     func,
+    literal,
     select,
     text,
     type_coerce,
@@ -49,6 +51,7 @@ from agentcontext.store._dialects.base import (
     orig,
     sqlstate,
 )
+from agentcontext.store._schema import chats as C
 from agentcontext.store._schema import messages as M
 
 __all__ = ["PostgresDialect", "signature", "unique_statement_name"]
@@ -56,8 +59,7 @@ __all__ = ["PostgresDialect", "signature", "unique_statement_name"]
 _TRUE = ("1", "true", "yes", "on")
 _MIGRATION_LOCK_KEY = 0x61676E7463747800 >> 8  # "agntctx", fits a signed bigint
 
-_PG_APPEND = text(
-    """
+_APPEND_SQL = """
 WITH touched AS (
     UPDATE chats SET updated_at = :touched_at, version = version + :bump,
                      message_count = message_count + :count
@@ -91,7 +93,7 @@ WITH touched AS (
 )
 SELECT (SELECT version FROM touched), (SELECT count(*) FROM moved), (SELECT count(*) FROM cur)
 """
-)
+_PG_APPEND = text(_APPEND_SQL)
 """One statement, one round trip, atomic on its own. Data dependencies fix the order of its
 parts, and with it the lock order every writer follows (the chat row, then the branch row):
 ``touched`` locks the chat and bumps its version and message count, ``cur`` locks the branch
@@ -110,12 +112,14 @@ class PostgresDialect(Dialect):
     name = "postgresql"
     title = "PostgreSQL"
     driver = "asyncpg"
-    options = frozenset({"connect_timeout", "command_timeout", "pgbouncer"})
+    options = frozenset({"connect_timeout", "command_timeout", "pgbouncer", "schema"})
     append_chunk = 50_000  # arrays: one statement, however many rows
     exact_candidates = False
 
-    def __init__(self, *, pgbouncer: bool = False) -> None:
+    def __init__(self, *, pgbouncer: bool = False, schema: str | None = None) -> None:
         self.pgbouncer = pgbouncer
+        self.schema = schema
+        self._append = _PG_APPEND if schema is None else _qualified(_APPEND_SQL, schema)
         self.atomic_needs_commit = pgbouncer
         """Behind PgBouncer in transaction pooling mode every statement runs in a transaction:
         outside one, the preparing and the running of a statement may reach different server
@@ -127,10 +131,14 @@ class PostgresDialect(Dialect):
     def from_url(cls, url: URL, options: EngineOptions) -> PostgresDialect:
         flag = url.query.get("pgbouncer")
         wanted = bool(options.pgbouncer) or (isinstance(flag, str) and flag.lower() in _TRUE)
+        if options.schema is not None:
+            return PostgresDialect(pgbouncer=wanted, schema=options.schema)
         return _PGBOUNCER if wanted else _POSTGRES
 
     @classmethod
     def from_engine(cls, engine: AsyncEngine, options: EngineOptions) -> PostgresDialect:
+        if options.schema is not None:
+            return PostgresDialect(pgbouncer=bool(options.pgbouncer), schema=options.schema)
         return _PGBOUNCER if options.pgbouncer else _POSTGRES
 
     def make_engine(self, url: URL, options: EngineOptions, kwargs: dict[str, Any]) -> AsyncEngine:
@@ -196,9 +204,7 @@ class PostgresDialect(Dialect):
         return list(roles)
 
     def lock_chat(self, conn: Connection, chat_id: str) -> None:
-        conn.execute(
-            text("SELECT 1 FROM chats WHERE id = :chat_id FOR UPDATE"), {"chat_id": chat_id}
-        )
+        conn.execute(select(literal(1)).where(C.c.id == chat_id).with_for_update())
 
     def append(
         self,
@@ -228,7 +234,7 @@ class PostgresDialect(Dialect):
             "created": [row.created_at for row in rows],
         }
         try:
-            version, moved, _ = conn.execute(_PG_APPEND, params).one()
+            version, moved, _ = conn.execute(self._append, params).one()
         except DBAPIError as exc:
             if sqlstate(exc) == "22012":  # the guard: the head was not the expected one
                 raise AppendRefused("moved") from None
@@ -309,6 +315,15 @@ class PostgresDialect(Dialect):
                 "first use, or run: agentcontext migrate upgrade)"
             )
         return None
+
+
+def _qualified(sql: str, schema: str) -> Any:
+    """``sql`` with the store's tables named in ``schema`` (raw SQL is not translated by
+    SQLAlchemy's ``schema_translate_map``)."""
+    for name in ("messages", "branches", "chats"):
+        sql = re.sub(rf"\b(UPDATE|FROM|INTO|JOIN)(\s+){name}\b", rf'\1\2"{schema}".{name}', sql)
+        sql = re.sub(rf"(,\s*){name}\b(?=\s+AS\b)", rf'\1"{schema}".{name}', sql)
+    return text(sql)
 
 
 def signature(tokens: list[str]) -> str | None:

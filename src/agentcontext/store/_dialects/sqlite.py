@@ -203,6 +203,15 @@ class SqliteDialect(Dialect):
     # --- engine -----------------------------------------------------------------------------
 
     @classmethod
+    def refuse(cls, names: list[str], other: type[Dialect]) -> InvalidInputError:
+        if "schema" in names:
+            return InvalidInputError(
+                "schema= keeps a tenant's tables in a PostgreSQL schema; SQLite has none: give "
+                "each tenant a database file of its own (sqlite+aiosqlite:///tenants/acme.db)"
+            )
+        return super().refuse(names, other)
+
+    @classmethod
     def check_options(cls, given: Mapping[str, Any]) -> None:
         if "sqlite_synchronous" in given:
             synchronous_pragma(given["sqlite_synchronous"])
