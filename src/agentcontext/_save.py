@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentcontext import _telemetry as telemetry
 from agentcontext._conversation import Conversation, decode_record
 from agentcontext.errors import (
     HeadConflictError,
@@ -220,6 +221,7 @@ async def _attempt(
             known.add(expected)
         records = _chained(conv, messages, expected, known)
         new_ids = [r.id for r in records if r.id not in known]
+        telemetry.add(telemetry.SAVE_ATTEMPTS)
         try:
             if not new_ids:
                 # branch=False and only in-place updates: the head does not move, but another
@@ -271,6 +273,7 @@ async def _attempt(
         # (the head just read is as fresh as it gets). After repeated losses to writers of
         # other processes, back off with jitter, then read the head again.
         expected = result.head_message_id
+        telemetry.add(telemetry.SAVE_GRAFTS)
         if attempt >= 2:
             await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** (attempt - 2))))
             state = await store.get_branch_state(conv.branch.id)
@@ -382,6 +385,7 @@ async def fork_for_update(
         name=name,
     )
     conv.branch = Branch.model_validate(info.model_dump(exclude={"message_count"}))
+    telemetry.note(telemetry.BRANCH_FORKED, True)
     if conv.chain.truncate(start):
         # The version stays: the next sync fetches the fork's own rows (and anything else
         # written since) and finds them in place.

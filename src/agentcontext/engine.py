@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agentcontext import _telemetry as telemetry
 from agentcontext import _validate as v
 from agentcontext._compaction import Compaction, Summarizer
 from agentcontext._compaction import compact as compact_branch
@@ -325,6 +326,7 @@ class ContextEngine:
 
     # --- resolve ----------------------------------------------------------------------------
 
+    @telemetry.verb("resolve")
     async def resolve(
         self,
         *,
@@ -539,6 +541,7 @@ class ContextEngine:
 
     # --- save -------------------------------------------------------------------------------
 
+    @telemetry.verb("save")
     async def save(self, *, branch: bool = True) -> SaveResult:
         """Store the pending messages as new nodes after the branch head, atomically.
 
@@ -581,6 +584,7 @@ class ContextEngine:
 
     # --- streaming turns ----------------------------------------------------------------------
 
+    @telemetry.verb("begin_turn")
     async def begin_turn(self, user_fragment: ContextFragment) -> str:
         """Save a user message and an empty assistant placeholder; return the placeholder's id.
 
@@ -646,6 +650,7 @@ class ContextEngine:
                 return None
             return placeholder
 
+    @telemetry.verb("complete_turn")
     async def complete_turn(self, assistant_fragment: ContextFragment) -> SaveResult:
         """Fill the placeholder of `begin_turn` with the assistant's answer, in place."""
         if not is_message_fragment(assistant_fragment) or is_lazy_fragment(assistant_fragment):
@@ -692,6 +697,7 @@ class ContextEngine:
         await self._conv.sync()
         return self._conv.chain.head
 
+    @telemetry.verb("rewind")
     async def rewind(self, message_id: str, *, name: str | None = None) -> BranchInfo:
         """Start a new branch at ``message_id`` and move to it: ``name``, or ``X-vN`` counted
         from the root name ``X`` of the current branch (``main-v3`` after ``main-v2``).
@@ -832,6 +838,7 @@ class ContextEngine:
 
     # --- compaction -------------------------------------------------------------------------
 
+    @telemetry.verb("compact")
     async def compact(self, summarize: Summarizer, *, keep_last_turns: int = 2) -> Compaction:
         """Fold the branch's older messages into a summary stored in the graph beside it.
 

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy import Connection, column, make_url, select, table
+from sqlalchemy import Connection, column, make_url, select, table, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
+from sqlalchemy.schema import CreateSchema
 
 from agentcontext.errors import SchemaOutdatedError
 from agentcontext.store._dialects import BEGIN_OPTION, dialect_for
@@ -103,8 +104,10 @@ def enter_schema(connection: Connection, schema: str | None, *, create: bool) ->
     if schema is None:
         return
     if create:
-        connection.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-    connection.exec_driver_sql(f'SET LOCAL search_path TO "{schema}"')
+        connection.execute(CreateSchema(schema, if_not_exists=True))
+    # set_config(..., true) is SET LOCAL with the value bound, not formatted into the SQL.
+    quoted = connection.dialect.identifier_preparer.quote_identifier(schema)
+    connection.execute(text("SELECT set_config('search_path', :path, true)"), {"path": quoted})
 
 
 def upgrade_in_transaction(

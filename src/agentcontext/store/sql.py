@@ -20,6 +20,7 @@ from sqlalchemy import Select
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from agentcontext import _telemetry as telemetry
 from agentcontext import _validate as v
 from agentcontext.errors import InvalidGraphError, InvalidInputError, InvalidTypeError
 from agentcontext.snapshots import ContextSnapshot
@@ -540,12 +541,14 @@ class SqlContextStore(ContextStore):
 
     # --- search, graph and pages ------------------------------------------------------------
 
+    @telemetry.search("chat")
     async def search_messages(
         self, chat_id: str, query: str, *, roles: Sequence[str] | None = None, limit: int = 20
     ) -> list[SearchResult]:
         v.check_id(chat_id, "chat_id")
         return await self._search("chat", chat_id, query, roles, limit)
 
+    @telemetry.search("user")
     async def search_user_messages(
         self, user_id: str, query: str, *, roles: Sequence[str] | None = None, limit: int = 20
     ) -> list[SearchResult]:
