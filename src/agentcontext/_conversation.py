@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, cast
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from agentcontext._gc import gc_paused
 from agentcontext.errors import (
@@ -50,8 +50,7 @@ DELETED = "was deleted while this engine had it open"
 COMPACTION = "compaction"
 """The stored type of a compaction summary (a message beside the branch)."""
 
-_MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
-_DECODE_BATCH = 500
+_validate_json = Message.__pydantic_validator__.validate_json
 
 
 def _corrupt(chat_id: str | None, message_id: str, reason: str) -> CorruptDataError:
@@ -95,33 +94,27 @@ def decode_record_json(message_id: str, data: str | None, chat_id: str | None = 
 
 
 def decode_rows(rows: ChainRows, chat_id: str | None = None) -> list[Message]:
-    """The messages of a stored chain, validated from their JSON a few hundred at a time.
+    """The messages of a stored chain, validated from their JSON one row at a time.
 
-    Each batch is one pydantic-core validation of a JSON array (no per-message call), and
-    small enough that its text and parse tree stay in the processor's caches and reuse the
-    same memory: one array of a whole long chain is slower, and allocates megabytes at once.
-    A row that cannot be decoded raises `CorruptDataError` naming it.
+    One pydantic-core call per row, with no Python in between: joining rows into one JSON
+    array costs more than it saves (a single emoji makes the whole array four bytes a
+    character). A row that cannot be decoded raises `CorruptDataError` naming it.
     """
     if not rows.ids:
         return []
-    if any(not isinstance(text, str) for text in rows.data):
-        index = next(i for i, text in enumerate(rows.data) if not isinstance(text, str))
-        raise _corrupt(chat_id, rows.ids[index], "it has no data")
-    data = cast(list[str], rows.data)
-    messages: list[Message] = []
-    with gc_paused():
-        for start in range(0, len(data), _DECODE_BATCH):
-            batch = data[start : start + _DECODE_BATCH]
+    data = rows.data
+    try:
+        with gc_paused():
+            messages = [_validate_json(text) for text in cast(list[str], data)]
+    except (ValidationError, TypeError, ValueError):
+        for message_id, text in zip(rows.ids, data, strict=True):
+            if not isinstance(text, str):
+                raise _corrupt(chat_id, message_id, "it has no data") from None
             try:
-                messages += _MESSAGES.validate_json("[" + ",".join(batch) + "]")
-            except ValidationError:
-                # Find the row: one by one (a text that is not JSON spoils the whole array).
-                for offset, text in enumerate(batch):
-                    try:
-                        Message.model_validate_json(text)
-                    except ValidationError as exc:
-                        raise _corrupt(chat_id, rows.ids[start + offset], _invalid(exc)) from exc
-                raise  # pragma: no cover - the batch failed, so one of its rows does
+                _validate_json(text)
+            except ValidationError as exc:
+                raise _corrupt(chat_id, message_id, _invalid(exc)) from exc
+        raise  # pragma: no cover - the list failed, so one of its rows does
     if [message.id for message in messages] != rows.ids:
         for i, (message, message_id) in enumerate(zip(messages, rows.ids, strict=True)):
             if message.id != message_id:
@@ -143,6 +136,48 @@ def _placeholders(messages: list[Message]) -> builtins.set[str]:
     return found
 
 
+_OBJECT_BYTES = 1536
+"""Estimated bytes of a decoded message besides its text (its objects and their dicts)."""
+
+CHEAP_COPY = 2000
+"""Chains up to this length are left in the store's memory after every save (a copy costs
+microseconds); longer ones only when the memory holds none of the chat yet (a fresh engine
+catches up from an older copy with one small query)."""
+
+
+def _message_bytes(message: Message) -> int:
+    """Estimated bytes of a decoded message: its objects, plus its text parts at their length
+    (a message appended since the load has no stored JSON to measure)."""
+    size = _OBJECT_BYTES
+    for part in message.parts:
+        text = getattr(part, "text", None)
+        if isinstance(text, str):
+            size += len(text)
+    return size
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChainCopy:
+    """A chain as an engine held it at a committed chat version, left in the store's memory
+    (`ChainMemory`) for the next engine of the chat; its lists are its own."""
+
+    chat_key: tuple[str, object]
+    """The chat's id and creation time (a chat deleted and created again is another)."""
+    head: str | None
+    version: int
+    size: int
+    ids: list[str]
+    parents: list[str | None]
+    messages: list[Message]
+    index: dict[str, int]
+    placeholders: frozenset[str]
+    summary: Message | None
+    base: str | None
+    loaded: ChainRows | None
+    dirty: frozenset[str]
+    extra_bytes: int
+
+
 class ChainCache:
     """The branch's chain as the engine last saw it: ids, parents and decoded messages.
 
@@ -161,6 +196,7 @@ class ChainCache:
         "detached_version",
         "dirty",
         "expected",
+        "extra_bytes",
         "head",
         "ids",
         "index",
@@ -194,6 +230,8 @@ class ChainCache:
         """The compaction standing for the chain up to ``base`` (the messages held start
         after it), or None: the messages held start at the root."""
         self.base: str | None = None
+        self.extra_bytes = 0
+        """Estimated bytes of the messages decoded since the load (see `copy`)."""
 
     def expect(self, version: int, head: str | None) -> None:
         """The version and head the store reaches if nobody else writes (see `confirm`)."""
@@ -228,6 +266,43 @@ class ChainCache:
         self.ids, self.parents, self.messages = ids, parents, messages
         self.index = dict(zip(ids, range(len(ids)), strict=True))
         self.placeholders = _placeholders(messages)
+        self.detached = None
+        self.expected = None
+        self.extra_bytes = 0
+
+    def copy(self, chat_key: tuple[str, object]) -> ChainCopy:
+        """A copy of the chain as held now (its version must be one read from the store)."""
+        assert self.version is not None
+        loaded = self.loaded
+        size = _OBJECT_BYTES * len(self.ids) + self.extra_bytes
+        if loaded is not None:
+            size += sum(len(text) for text in loaded.data if text is not None) * 3 // 2
+        return ChainCopy(
+            chat_key=chat_key,
+            head=self.head,
+            version=self.version,
+            size=size,
+            ids=self.ids.copy(),
+            parents=self.parents.copy(),
+            messages=self.messages.copy(),
+            index=self.index.copy(),
+            placeholders=frozenset(self.placeholders),
+            summary=self.summary,
+            base=self.base,
+            loaded=loaded,
+            dirty=frozenset(self.dirty),
+            extra_bytes=self.extra_bytes,
+        )
+
+    def restore(self, held: ChainCopy) -> None:
+        """Hold the chain of ``held`` (copied: this cache changes its own lists)."""
+        self.head, self.version = held.head, held.version
+        self.ids, self.parents = held.ids.copy(), held.parents.copy()
+        self.messages, self.index = held.messages.copy(), held.index.copy()
+        self.placeholders = builtins.set(held.placeholders)
+        self.summary, self.base = held.summary, held.base
+        self.loaded, self.dirty = held.loaded, builtins.set(held.dirty)
+        self.extra_bytes = held.extra_bytes
         self.detached = None
         self.expected = None
 
@@ -309,6 +384,7 @@ class ChainCache:
         self.parents.append(parent_id)
         self.messages.append(message)
         self.head = message_id
+        self.extra_bytes += _message_bytes(message)
         if is_empty_assistant_placeholder(message):
             self.placeholders.add(message_id)
 
@@ -336,6 +412,7 @@ class ChainCache:
     def replace(self, message: Message) -> None:
         """A cached message updated in place (its parent stays)."""
         self.dirty.add(message.id)
+        self.extra_bytes += _message_bytes(message)
         self.messages[self.index[message.id]] = message
         if is_empty_assistant_placeholder(message):
             self.placeholders.add(message.id)
@@ -465,11 +542,15 @@ class Conversation:
         if chain.version is not None and chain.version == version and chain.head == head:
             return
         if chain.confirm(version, head):
+            self.remember(saved=True)
             return
         if chain.version is not None and await self._catch_up(head, version):
+            self.remember()
             return
         if head is None:
             chain.reset(None, version, [], [], [])
+            return
+        if await self._recall(head, version):
             return
         rows = await self.store.load_chain_rows(
             self.chat_id,
@@ -491,14 +572,63 @@ class Conversation:
             base=rows.base_id,
             loaded=rows,
         )
+        self.remember()
+
+    # --- the store's memory of decoded chains -----------------------------------------------
+
+    @property
+    def _chat_key(self) -> tuple[str, object] | None:
+        return None if self.chat is None else (self.chat_id, self.chat.created_at)
+
+    async def _recall(self, head: str, version: int) -> bool:
+        """Start from a chain another engine of this store decoded (at ``version`` or before,
+        brought up to date with the changes since); False when none serves."""
+        memory, key = self.store.chain_memory, self._chat_key
+        if memory is None or key is None:
+            return False
+        for held in memory.recall(key, version):
+            if held.head != head and head not in held.index and held.version == version:
+                continue  # another branch, and nothing changed since: it cannot serve
+            self.chain.restore(held)
+            try:
+                served = (held.version == version and held.head == head) or await self._catch_up(
+                    head, version
+                )
+            except BaseException:
+                self.chain.invalidate()
+                raise
+            if served:
+                memory.note_hit()
+                if held.version != version or held.head != head:
+                    self.remember()
+                return True
+            self.chain.invalidate()
+            return False  # the newest copy cannot be brought up to date: load the chain
+        return False
+
+    def remember(self, *, saved: bool = False) -> None:
+        """Leave a copy of the chain in the store's memory (only what is committed: nothing
+        read or written inside a caller's transaction). After a save (``saved``), only a
+        short chain, or the first of the chat (see `CHEAP_COPY`)."""
+        memory, key = self.store.chain_memory, self._chat_key
+        if memory is None or key is None or self.chain.version is None:
+            return
+        if self.store.current_transaction() is not None:
+            return
+        if saved and len(self.chain.ids) > CHEAP_COPY and memory.holds(key):
+            return
+        memory.remember(self.chain.copy(key))
 
     async def _catch_up(self, head: str | None, version: int) -> bool:
         """Apply the changes since the cached version; False when a full load is needed."""
         chain = self.chain
         assert chain.version is not None
         changes = await self.store.get_changes(self.chat_id, chain.version)
-        if any(record.type == COMPACTION for record in changes):
-            return False  # a compaction was stored: the full load finds where it applies
+        summary = None if chain.summary is None else chain.summary.id
+        if any(record.type == COMPACTION or record.id == summary for record in changes):
+            # A compaction was stored (or the one in use rewritten): the full load finds
+            # where it applies.
+            return False
         by_id = {record.id: record for record in changes}
         for record in changes:
             if record.id in chain.index:

@@ -338,6 +338,7 @@ async def _after_append(
         chain.expect(cached + 1, chain.head)
     elif version == cached + 1:
         chain.version = version
+        conv.remember(saved=True)  # the version was read back: the chain is what is stored
     # Otherwise keep the older version: the next sync fetches what others wrote since.
 
 

@@ -1010,7 +1010,7 @@ class ContextEngine:
         The fork's store lives as long as the fork; close it with
         ``await fork.store.close()`` when done.
         """
-        from agentcontext.store.sql import InMemoryContextStore
+        from agentcontext.store import InMemoryContextStore
 
         child = ContextEngine(
             store=InMemoryContextStore(),

@@ -322,6 +322,7 @@ async def test_a_cold_load_looks_for_compactions_only_in_chats_that_have_one(
 
     event.listen(store.db.engine.sync_engine, "before_cursor_execute", seen)
     try:
+        store.chain_memory.clear()  # a cold load: the store holds no decoded chain
         await make_engine().resolve()
         # The chat's state (which says it has no compaction), then the chain: nothing else.
         assert len([s for s in statements if s.lstrip().upper().startswith("SELECT")]) == 2
@@ -333,6 +334,7 @@ async def test_a_cold_load_looks_for_compactions_only_in_chats_that_have_one(
         state = await store.get_branch_state(branch.id)
         assert state is not None and state.has_compactions is True
         statements.clear()
+        store.chain_memory.clear()
         result = await make_engine().resolve()
         assert (
             result.messages[0].metadata is not None and "compaction" in result.messages[0].metadata

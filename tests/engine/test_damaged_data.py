@@ -7,6 +7,8 @@ raw driver and foreign-key checks switched off, as a careless migration script w
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import aiosqlite
 import asyncpg
 import pytest
@@ -22,6 +24,14 @@ from agentcontext import (
 from agentcontext.store import SqlContextStore
 from tests.engine._util import ids
 from tests.engine.conftest import EngineFactory
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[SqlContextStore]:
+    """The damage is done behind the store's back, which a store that remembers decoded
+    chains (``cache_bytes``) does not see, as a warm engine does not: these stores read."""
+    async with SqlContextStore(store_url, cache_bytes=0) as s:
+        yield s
 
 
 async def damage(store_url: str, *statements: str) -> None:

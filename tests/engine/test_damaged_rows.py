@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,14 @@ from agentcontext.store import SqlContextStore
 from tests.cli.helpers import clean_env, run_cli
 from tests.engine.conftest import EngineFactory
 from tests.engine.test_damaged_data import damage
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[SqlContextStore]:
+    """The damage is done behind the store's back, which a store that remembers decoded
+    chains (``cache_bytes``) does not see, as a warm engine does not: these stores read."""
+    async with SqlContextStore(store_url, cache_bytes=0) as s:
+        yield s
 
 
 async def seeded(make_engine: EngineFactory, chat_id: str = "c1") -> ContextEngine:

@@ -301,6 +301,7 @@ async def test_cold_engine_loads_once_then_catches_up_incrementally(
 
     monkeypatch.setattr(store, "get_changes", counting_changes)
     monkeypatch.setattr(store, "load_chain_rows", counting_loads)
+    store.chain_memory.clear()  # cold: the store holds no decoded chain of the chat
     reader = make_engine()
     await reader.resolve()
     assert loads == ["m19"]

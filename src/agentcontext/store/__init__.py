@@ -7,6 +7,7 @@ is `EngineStore`.
 
 from __future__ import annotations
 
+from agentcontext.store._in_memory import InMemoryContextStore
 from agentcontext.store._options import StoreOptions
 from agentcontext.store.base import ContextStore
 from agentcontext.store.protocols import (
@@ -36,7 +37,7 @@ from agentcontext.store.records import (
     ResolveRecord,
     SearchResult,
 )
-from agentcontext.store.sql import InMemoryContextStore, SqlContextStore
+from agentcontext.store.sql import SqlContextStore
 
 __all__ = [
     "AppendResult",

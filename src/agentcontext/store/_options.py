@@ -18,6 +18,7 @@ from agentcontext.errors import InvalidInputError, InvalidTypeError
 from agentcontext.store import _dialects
 from agentcontext.store._database import Database
 from agentcontext.store._dialects import Dialect
+from agentcontext.store._memory import DEFAULT_CACHE_BYTES
 
 __all__ = ["StoreOptions", "check_schema_name", "make_engine", "open_database"]
 
@@ -58,6 +59,10 @@ class StoreOptions:
     lock_timeout: float = 30.0
     """Seconds a write waits for a chat held by an uncommitted transaction of this process
     (``store.using()`` / ``store.begin()``) before it fails with `ChatBusyError`."""
+    cache_bytes: int = DEFAULT_CACHE_BYTES
+    """Bytes (estimated) of decoded messages the store keeps for its engines: a fresh engine
+    of a chat reads and decodes only what changed since another engine of this store last
+    held it. ``0`` keeps none. Default 64 MiB."""
     echo: bool = False
     """Log every statement (SQLAlchemy's ``echo``)."""
     connect_args: Mapping[str, Any] | None = None
@@ -90,6 +95,9 @@ class StoreOptions:
                 f"{', '.join(names)} (pass anything else for create_async_engine in "
                 "engine_options={...})"
             )
+        if "cache_bytes" in given:
+            v.check_int(given["cache_bytes"], "cache_bytes", minimum=0)
+            _check_bounded_bytes(given["cache_bytes"])
         for name in ("pool_size", "max_overflow"):
             v.check_optional_int(given.get(name), name, minimum=0 if name != "pool_size" else 1)
             _check_bounded_int(given.get(name), name)
@@ -129,6 +137,11 @@ class StoreOptions:
 def _check_bounded_int(value: object, name: str) -> None:
     if isinstance(value, int) and value > 10_000:
         raise InvalidInputError(f"{name} is {value}; at most 10000 connections can be asked for")
+
+
+def _check_bounded_bytes(value: int) -> None:
+    if value > 2**50:
+        raise InvalidInputError(f"cache_bytes is {value}; give at most 2**50 bytes (or 0)")
 
 
 def _check_seconds(value: object, name: str) -> None:
@@ -172,7 +185,7 @@ def open_database(
     ready for the store), its dialect, and ``prepare``, run on its first use (the schema
     check or migration)."""
     if isinstance(url_or_engine, AsyncEngine):
-        refused = sorted(set(options.changed()) - {"pgbouncer", "lock_timeout"})
+        refused = sorted(set(options.changed()) - {"pgbouncer", "lock_timeout", "cache_bytes"})
         if refused:
             raise InvalidInputError(
                 f"option(s) {', '.join(refused)} cannot be applied to an engine you "

@@ -11,6 +11,7 @@ from typing import Any, Self
 from agentcontext._validate import dumps
 from agentcontext.errors import ChatNotFoundError, InvalidGraphError, InvalidInputError
 from agentcontext.snapshots import ContextSnapshot
+from agentcontext.store._memory import ChainMemory
 from agentcontext.store.protocols import JoinedTransaction
 from agentcontext.store.records import (
     AppendResult,
@@ -501,6 +502,12 @@ class ContextStore(abc.ABC):
         An engine that wrote in one forgets what it saw once it rolled back. Stores without
         such blocks keep this default.
         """
+        return None
+
+    @property
+    def chain_memory(self) -> ChainMemory | None:
+        """The chains its engines decoded, shared by the next engines of the same chat (see
+        ``cache_bytes``); None when the store keeps none (this default)."""
         return None
 
     async def open_chat(self, chat_id: str, *, user_id: str) -> ChatState:

@@ -36,6 +36,7 @@ from agentcontext.store.records import (
 
 if TYPE_CHECKING:
     from agentcontext.snapshots import ContextSnapshot
+    from agentcontext.store._memory import ChainMemory
 
 __all__ = [
     "BranchKeeper",
@@ -66,6 +67,11 @@ class ChatReader(Protocol):
     """Opening a chat and keeping a branch's chain in step."""
 
     def current_transaction(self) -> JoinedTransaction | None: ...
+    @property
+    def chain_memory(self) -> ChainMemory | None:
+        """Decoded chains engines of this store share (None: the store keeps none)."""
+        ...
+
     async def open_chat(self, chat_id: str, *, user_id: str) -> ChatState: ...
     async def get_chat(self, chat_id: str) -> Chat | None: ...
     async def get_branch_state(self, branch_id: str) -> BranchState | None: ...

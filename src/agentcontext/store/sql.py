@@ -40,6 +40,7 @@ from agentcontext.store import (
 )
 from agentcontext.store._checks import check_metadata_filter, check_record, check_records, new_id
 from agentcontext.store._database import Database, Transaction, unit
+from agentcontext.store._memory import DEFAULT_CACHE_BYTES, ChainMemory
 from agentcontext.store._migrate import MigrateMode
 from agentcontext.store._options import StoreOptions, open_database
 from agentcontext.store._schema import resolve_records as RR
@@ -66,7 +67,7 @@ from agentcontext.store.records import (
     utcnow,
 )
 
-__all__ = ["InMemoryContextStore", "SqlContextStore"]
+__all__ = ["SqlContextStore"]
 
 
 class SqlContextStore(ContextStore):
@@ -83,7 +84,7 @@ class SqlContextStore(ContextStore):
     The other options are keyword-only and typed: ``pool_size``, ``max_overflow``,
     ``pool_timeout``, ``pool_recycle``, ``connect_timeout``, ``command_timeout``,
     ``pgbouncer``, ``sqlite_busy_timeout``, ``sqlite_synchronous``, ``schema``, ``lock_timeout``,
-    ``echo``, ``connect_args``, ``engine_options``.
+    ``cache_bytes``, ``echo``, ``connect_args``, ``engine_options``.
     The options are described in `StoreOptions`; an unknown one is an `InvalidInputError`.
 
     Use it as an async context manager, or call `initialize` and `close`:
@@ -113,6 +114,7 @@ class SqlContextStore(ContextStore):
         sqlite_synchronous: str = "normal",
         schema: str | None = None,
         lock_timeout: float = 30.0,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
         echo: bool = False,
         connect_args: Mapping[str, Any] | None = None,
         engine_options: Mapping[str, Any] | None = None,
@@ -128,6 +130,7 @@ class SqlContextStore(ContextStore):
         if migrate not in ("auto", True, False):
             raise InvalidInputError(f"migrate must be 'auto' or False, got {migrate!r}")
         prepare = functools.partial(_migrate.prepare_schema, mode=migrate)
+        self._memory = ChainMemory(options.cache_bytes)
         self._db = open_database(url_or_engine, options, prepare)
         self._dialect = self._db.dialect
 
@@ -148,6 +151,12 @@ class SqlContextStore(ContextStore):
     def dialect_name(self) -> str:
         """``"sqlite"`` or ``"postgresql"``."""
         return self._dialect.name
+
+    @property
+    def chain_memory(self) -> ChainMemory:
+        """The chains this store's engines decoded, which the next engine of a chat starts
+        from (bounded by ``cache_bytes``)."""
+        return self._memory
 
     @property
     def url(self) -> str:
@@ -297,7 +306,9 @@ class SqlContextStore(ContextStore):
         v.check_id(chat_id, "chat_id")
         v.check_optional_id(user_id, "user_id")
         write = unit(_chats.delete_chat, self._dialect, chat_id, user_id)
-        return await self.db.run("write", write, chat=chat_id)
+        deleted: bool = await self.db.run("write", write, chat=chat_id)
+        self._memory.forget(chat_id)
+        return deleted
 
     # --- messages ---------------------------------------------------------------------------
 
@@ -682,14 +693,3 @@ class SqlContextStore(ContextStore):
         checked, records, held = _transfer.check_export(export)
         write = unit(_transfer.import_chat, self._dialect, checked, records, held)
         await self.db.run("write", write)
-
-
-class InMemoryContextStore(SqlContextStore):
-    """An SQLite in-memory store for tests and notebooks; its data dies with it.
-
-    Its one connection is shared by every call (they take turns), and a cancelled call never
-    loses it.
-    """
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__("sqlite+aiosqlite:///:memory:", migrate="auto", **options)

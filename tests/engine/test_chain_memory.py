@@ -1,0 +1,226 @@
+"""The store's memory of decoded chains (``cache_bytes``): a fresh engine starts from what
+another engine of the same store decoded, and still resolves exactly what is stored.
+
+Every check compares a fresh engine on the store with the memory against a fresh engine on a
+store that keeps none (``cache_bytes=0``) over the same database. On SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from agentcontext import (
+    ContextEngine,
+    ContextError,
+    InvalidInputError,
+    InvalidTypeError,
+    Message,
+    SqlContextStore,
+    assistant_text,
+    user,
+)
+from tests.conftest import run_sync
+
+
+def engine(store: SqlContextStore, chat: str = "c1") -> ContextEngine:
+    return ContextEngine(store=store, chat_id=chat, user_id="u1")
+
+
+async def fresh_view(store: SqlContextStore, chat: str = "c1") -> list[Message]:
+    return (await engine(store, chat).resolve()).messages
+
+
+async def summarize(messages: list[Message]) -> str:
+    return "summary of " + ",".join(m.id for m in messages)
+
+
+async def test_a_fresh_engine_starts_from_the_chain_another_one_decoded(store_url: str) -> None:
+    async with (
+        SqlContextStore(store_url) as store,
+        SqlContextStore(store_url, cache_bytes=0) as plain,
+    ):
+        writer = engine(store)
+        writer.set(*(user(f"q{i}", id=f"m{i}") for i in range(50)))
+        await writer.save()
+        memory = store.chain_memory
+        first = await fresh_view(store)
+        hits = memory.hits
+        second = await fresh_view(store)
+        assert memory.hits == hits + 1
+        assert second == first == await fresh_view(plain)
+        assert len(memory) >= 1 and 0 < memory.size <= memory.max_bytes
+        assert plain.chain_memory.hits == 0 and len(plain.chain_memory) == 0
+
+
+async def test_what_others_wrote_since_is_read_not_the_history(store_url: str) -> None:
+    async with (
+        SqlContextStore(store_url) as store,
+        SqlContextStore(store_url, cache_bytes=0) as other,
+    ):
+        writer = engine(store)
+        writer.set(*(user(f"q{i}", id=f"m{i}") for i in range(20)))
+        await writer.save()
+        await fresh_view(store)
+        # Another process adds a turn and rewrites a message in place.
+        peer = engine(other)
+        peer.set(user("new", id="m20"), assistant_text("answer", id="m21"))
+        await peer.save()
+        peer.set(user("q3 edited", id="m3"))
+        await peer.save(branch=False)
+        hits = store.chain_memory.hits
+        seen = await fresh_view(store)
+        assert store.chain_memory.hits == hits + 1  # caught up from the memory
+        assert seen == await fresh_view(other)
+        assert seen[3].text == "q3 edited" and [m.id for m in seen[-2:]] == ["m20", "m21"]
+
+
+async def test_a_rolled_back_turn_is_never_remembered(store_url: str) -> None:
+    async with (
+        SqlContextStore(store_url) as store,
+        SqlContextStore(store_url, cache_bytes=0) as plain,
+    ):
+        writer = engine(store)
+        writer.set(user("q0", id="m0"))
+        await writer.save()
+        await fresh_view(store)
+        async with store.begin() as conn:
+            inside = engine(store)
+            inside.set(user("rolled back", id="m1"))
+            await inside.save()
+            assert [m.id for m in await fresh_view(store)] == ["m0", "m1"]
+            await conn.rollback()
+        assert [m.id for m in await fresh_view(store)] == ["m0"]
+        assert await fresh_view(store) == await fresh_view(plain)
+
+
+async def test_a_chat_deleted_and_created_again_is_another_chat(store_url: str) -> None:
+    async with SqlContextStore(store_url) as store, SqlContextStore(store_url) as other:
+        writer = engine(store)
+        writer.set(user("old text", id="m0"))
+        await writer.save()
+        await fresh_view(store)
+        await fresh_view(other)  # the other store remembers it too
+        assert len(other.chain_memory) == 1
+        assert await other.delete_chat("c1")
+        assert len(other.chain_memory) == 0  # forgotten at the delete
+        again = engine(other)
+        again.set(user("new text", id="m0"))
+        await again.save()
+        # The store that still holds the old chat's chain sees the new one.
+        assert [m.text for m in await fresh_view(store)] == ["new text"]
+        assert [m.text for m in await fresh_view(other)] == ["new text"]
+
+
+async def test_the_memory_stays_within_its_bound(store_url: str) -> None:
+    bound = 40_000
+    async with SqlContextStore(store_url, cache_bytes=bound) as store:
+        for chat in range(8):
+            writer = engine(store, f"chat-{chat}")
+            writer.set(*(user("x" * 400, id=f"c{chat}-m{i}") for i in range(10)))
+            await writer.save()
+            await fresh_view(store, f"chat-{chat}")
+            assert store.chain_memory.size <= bound
+        assert 0 < len(store.chain_memory) < 8  # the least recently used chats went first
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (-1, InvalidInputError),
+        (2**60, InvalidInputError),
+        ("big", InvalidTypeError),
+        (True, InvalidTypeError),
+    ],
+)
+def test_cache_bytes_is_checked(value: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match="cache_bytes"):
+        SqlContextStore("sqlite+aiosqlite:///:memory:", cache_bytes=value)
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["turn", "peer-turn", "edit", "rewind", "compact", "switch", "view"]),
+        st.integers(min_value=0, max_value=1000),
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+@pytest.mark.usefixtures("store")
+@settings(
+    max_examples=int(os.environ.get("AGENTCONTEXT_MEMORY_EXAMPLES", "25")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ops=OPS)
+@example(ops=[("turn", 0), ("view", 0), ("rewind", 1), ("view", 0), ("turn", 0), ("switch", 0)])
+@example(ops=[("turn", 0), ("turn", 0), ("compact", 0), ("view", 0), ("edit", 3), ("turn", 1)])
+def test_fresh_engines_always_resolve_what_is_stored(
+    store_url: str, ops: list[tuple[str, int]]
+) -> None:
+    """Random writes by engines of this store and of another one (a process without the
+    memory), rewinds, compactions and branch switches; after each, a fresh engine of the
+    store with the memory resolves exactly what a fresh engine without it resolves.
+
+    More examples: ``AGENTCONTEXT_MEMORY_EXAMPLES=500``."""
+    chat = f"p-{uuid.uuid4().hex[:10]}"
+    run_sync(lambda: _scenario(store_url, chat, ops))
+
+
+async def _scenario(url: str, chat: str, ops: list[tuple[str, int]]) -> None:
+    counter = itertools.count()
+    async with SqlContextStore(url) as store, SqlContextStore(url, cache_bytes=0) as other:
+        mine = engine(store, chat)
+        for op, n in ops:
+            with contextlib.suppress(ContextError):  # a refused step (documented) changes nothing
+                await _step(store, other, mine, chat, counter, op, n)
+            with_memory = await fresh_view(store, chat)
+            without = await fresh_view(other, chat)
+            assert with_memory == without, (op, n)
+        await asyncio.sleep(0)
+
+
+async def _step(
+    store: SqlContextStore,
+    other: SqlContextStore,
+    mine: ContextEngine,
+    chat: str,
+    counter: Iterator[int],
+    op: str,
+    n: int,
+) -> None:
+    if op in ("turn", "peer-turn"):
+        writer = mine if op == "turn" else engine(other, chat)
+        k = next(counter)
+        writer.set(user(f"q{k}", id=f"{chat}-{k}"), assistant_text(f"a{k}"))
+        await writer.save()
+    elif op == "edit":
+        chain = await fresh_view(other, chat)
+        if chain:
+            target = chain[n % len(chain)]
+            make = user if target.role == "user" else assistant_text
+            peer = engine(other, chat)
+            peer.set(make(f"edited {n}", id=target.id))
+            await peer.save(branch=False)
+    elif op == "rewind":
+        chain = await mine.get_messages()
+        if chain:
+            await mine.rewind(chain[n % len(chain)].id)
+    elif op == "compact":
+        if len(await mine.get_messages()) >= 2:
+            await mine.compact(summarize, keep_last_turns=n % 2)
+    elif op == "switch":
+        branches = await store.list_branches(chat)
+        if branches:
+            await mine.switch_branch(branches[n % len(branches)].name)
