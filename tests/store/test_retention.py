@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import func, select, update
 
 from agentcontext import (
@@ -461,3 +464,65 @@ async def test_cancelled_purge_and_erase_leave_a_working_store(
     assert await store.list_chats(user_id="eve") == []
     assert await store.export_chat("stays") == kept
     assert (await store.purge("c")).deleted_messages == 0
+
+
+_CHATS = itertools.count()
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(seed=st.integers(0, 100_000), size=st.integers(1, 40))
+async def test_purge_never_changes_what_a_head_or_checkpoint_resolves(
+    store: SqlContextStore, seed: int, size: int
+) -> None:
+    """Random trees with branches (some deleted), checkpoints and compactions: every branch
+    head and checkpoint loads the same compacted chain after a purge, and every stored chain
+    is still whole."""
+    rng = random.Random(seed)
+    chat_id = f"p{next(_CHATS)}"
+    await store.create_chat(chat_id, user_id="u")
+    ids: list[str] = []
+    records = []
+    for i in range(size):
+        parent = rng.choice(ids) if ids and rng.random() < 0.9 else None
+        ids.append(f"{chat_id}-{i}")
+        records.append(rec(ids[-1], chat_id, parent, f"text {i} of {chat_id}"))
+    await store.add_messages(records)
+    points = rng.sample(ids, k=min(len(ids), rng.randint(0, 3)))
+    for point in points:
+        summary = compaction_id(chat_id, point)
+        await store.add_message(
+            MessageRecord(
+                id=summary, chat_id=chat_id, parent_id=point, name="user", type="compaction",
+                data={"id": summary, "role": "user", "parts": [{"type": "text", "text": "s"}]},
+            )
+        )  # fmt: skip
+    for n in range(rng.randint(0, 4)):
+        await store.create_branch(chat_id, f"b{n}", head_message_id=rng.choice(ids))
+    for n in range(rng.randint(0, 2)):
+        await store.create_checkpoint(chat_id, f"k{n}", rng.choice(ids))
+    for branch in await store.list_branches(chat_id):
+        if not branch.is_active and rng.random() < 0.5:
+            await store.delete_branch(chat_id, branch.name)
+    targets = [b.head_message_id for b in await store.list_branches(chat_id)]
+    targets += [k.message_id for k in await store.list_checkpoints(chat_id)]
+    heads = sorted({t for t in targets if t is not None})
+    before = {h: await store.load_chain_rows(chat_id, h, compacted=True) for h in heads}
+
+    report = await store.purge(chat_id)
+
+    after = {h: await store.load_chain_rows(chat_id, h, compacted=True) for h in heads}
+    assert after == before
+    left = {node.id for node in (await store.get_graph(chat_id)).nodes}
+    assert report.kept_messages == len(left)
+    assert report.deleted_messages == size + len(points) - len(left)
+    for head in heads:
+        chain_ = await store.get_message_chain(head)  # whole: no InvalidGraphError
+        assert chain_[-1].id == head and chain_[0].parent_id is None
+    for node in left:
+        await store.get_message_chain(node)
+    (info,) = [c for c in await store.list_chats(user_id="u") if c.id == chat_id]
+    assert info.message_count == len(left)

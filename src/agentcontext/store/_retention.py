@@ -97,6 +97,7 @@ def delete_chats(conn: Connection, dialect: Dialect, chat_ids: Sequence[str]) ->
         for table, deleted in _chats.delete_rows(conn, dialect, chat_id).items():
             counts[table] += deleted
     counts["blobs"] = drop_blobs(conn, candidates)
+    dialect.tidy_search_index(conn, counts["messages"])
     return counts
 
 
@@ -208,6 +209,7 @@ def purge(conn: Connection, dialect: Dialect, chat_id: str) -> PurgeReport:
         detached = _detach(conn, gone)
         _rebase(conn, nodes, kept)
         _delete_messages(conn, dialect, gone)
+        dialect.tidy_search_index(conn, len(gone))
         purged_at = utcnow()
         conn.execute(
             update(C)
