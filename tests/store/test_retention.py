@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -108,6 +109,7 @@ async def test_prune_deletes_old_chats_with_their_rows_and_private_blobs(
     # Its private file and its record's blobs went; the shared file stays for the others.
     assert only_u1.deleted["blobs"] >= 1
 
+    assert PruneReport.model_validate_json(only_u1.model_dump_json()) == only_u1
     everyone = await store.prune(older_than=datetime.now(UTC) - timedelta(days=30))
     assert everyone.chat_ids == ["old-b"]
     after = await _counts(store)
@@ -178,6 +180,7 @@ async def test_erase_user_receipt_matches_the_database(store: SqlContextStore) -
     assert receipt.deleted["chats"] == 2 and receipt.deleted["messages"] == 14
     assert receipt.deleted["snapshots"] == 2 and receipt.deleted["resolve_records"] == 2
     assert receipt.erased_at.tzinfo is not None
+    assert ErasureReport.model_validate_json(receipt.model_dump_json()) == receipt
     assert await store.list_chats(user_id="alice") == []
     assert await store.search_user_messages("alice", "question") == []
     assert await store.export_chat("b1") == bob_export  # bob's chat, blobs included, intact
@@ -470,20 +473,10 @@ async def test_cancelled_purge_and_erase_leave_a_working_store(
 _CHATS = itertools.count()
 
 
-@settings(
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(seed=st.integers(0, 100_000), size=st.integers(1, 40))
-async def test_purge_never_changes_what_a_head_or_checkpoint_resolves(
-    store: SqlContextStore, seed: int, size: int
-) -> None:
-    """Random trees with branches (some deleted), checkpoints and compactions: every branch
-    head and checkpoint loads the same compacted chain after a purge, and every stored chain
-    is still whole."""
+async def _random_chat(store: SqlContextStore, chat_id: str, seed: int, size: int) -> int:
+    """A random tree of ``size`` messages with compactions, branches (some deleted) and
+    checkpoints; how many compactions it has."""
     rng = random.Random(seed)
-    chat_id = f"p{next(_CHATS)}"
     await store.create_chat(chat_id, user_id="u")
     ids: list[str] = []
     records = []
@@ -508,9 +501,30 @@ async def test_purge_never_changes_what_a_head_or_checkpoint_resolves(
     for branch in await store.list_branches(chat_id):
         if not branch.is_active and rng.random() < 0.5:
             await store.delete_branch(chat_id, branch.name)
+    return len(points)
+
+
+async def _heads(store: SqlContextStore, chat_id: str) -> list[str]:
     targets = [b.head_message_id for b in await store.list_branches(chat_id)]
     targets += [k.message_id for k in await store.list_checkpoints(chat_id)]
-    heads = sorted({t for t in targets if t is not None})
+    return sorted({t for t in targets if t is not None})
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(seed=st.integers(0, 100_000), size=st.integers(1, 40))
+async def test_purge_never_changes_what_a_head_or_checkpoint_resolves(
+    store: SqlContextStore, seed: int, size: int
+) -> None:
+    """Random trees with branches (some deleted), checkpoints and compactions: every branch
+    head and checkpoint loads the same compacted chain after a purge, and every stored chain
+    is still whole."""
+    chat_id = f"p{next(_CHATS)}"
+    compactions = await _random_chat(store, chat_id, seed, size)
+    heads = await _heads(store, chat_id)
     before = {h: await store.load_chain_rows(chat_id, h, compacted=True) for h in heads}
 
     report = await store.purge(chat_id)
@@ -519,7 +533,7 @@ async def test_purge_never_changes_what_a_head_or_checkpoint_resolves(
     assert after == before
     left = {node.id for node in (await store.get_graph(chat_id)).nodes}
     assert report.kept_messages == len(left)
-    assert report.deleted_messages == size + len(points) - len(left)
+    assert report.deleted_messages == size + compactions - len(left)
     for head in heads:
         chain_ = await store.get_message_chain(head)  # whole: no InvalidGraphError
         assert chain_[-1].id == head and chain_[0].parent_id is None
@@ -527,3 +541,30 @@ async def test_purge_never_changes_what_a_head_or_checkpoint_resolves(
         await store.get_message_chain(node)
     (info,) = [c for c in await store.list_chats(user_id="u") if c.id == chat_id]
     assert info.message_count == len(left)
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(seed=st.integers(0, 100_000), size=st.integers(1, 30), purge_first=st.booleans())
+async def test_a_copy_resolves_as_its_source(
+    store: SqlContextStore, seed: int, size: int, purge_first: bool
+) -> None:
+    """Every branch head and checkpoint of a copy loads the source's compacted chain, with
+    the new ids (and a purged source copies as it now is)."""
+    source, target = f"s{next(_CHATS)}", f"t{next(_CHATS)}"
+    await _random_chat(store, source, seed, size)
+    if purge_first:
+        await store.purge(source)
+    mapping = await store.copy_chat(source, target)
+    assert await _heads(store, target) == sorted(mapping[h] for h in await _heads(store, source))
+    for head in await _heads(store, source):
+        a = await store.load_chain_rows(source, head, compacted=True)
+        b = await store.load_chain_rows(target, mapping[head], compacted=True)
+        assert [mapping[i] for i in a.ids] == b.ids
+        assert [None if p is None else mapping[p] for p in a.parent_ids] == b.parent_ids
+        assert (a.summary_id and mapping[a.summary_id]) == b.summary_id
+        assert (a.base_id and mapping[a.base_id]) == b.base_id
+        assert [json.loads(x)["parts"] for x in a.data] == [json.loads(x)["parts"] for x in b.data]

@@ -142,7 +142,12 @@ def prune(conn: Connection, dialect: Dialect, cutoff: datetime, user_id: str | N
     chats.sort(key=lambda chat: (chat.updated_at, chat.id), reverse=True)
     counts = delete_chats(conn, dialect, [chat.id for chat in chats])
     return PruneReport(
-        older_than=cutoff, user_id=user_id, chats=chats, deleted=counts, pruned_at=utcnow()
+        older_than=cutoff,
+        user_id=user_id,
+        chat_ids=[chat.id for chat in chats],
+        chats=chats,
+        deleted=counts,
+        pruned_at=utcnow(),
     )
 
 

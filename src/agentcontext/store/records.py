@@ -369,16 +369,13 @@ class PruneReport(_Record):
     older_than: AwareDatetime
     """The cut-off: chats with no activity since this moment were deleted."""
     user_id: str | None
+    chat_ids: list[str]
+    """The ids of the deleted chats (newest activity first)."""
     chats: list[ChatInfo]
-    """The deleted chats as they were just before (newest activity first)."""
+    """The deleted chats as they were just before, in the same order."""
     deleted: dict[str, int]
     """Rows deleted per table (``chats``, ``messages``, ``branches``, ...)."""
     pruned_at: AwareDatetime
-
-    @property
-    def chat_ids(self) -> list[str]:
-        """The ids of the deleted chats."""
-        return [chat.id for chat in self.chats]
 
 
 class PurgeReport(_Record):
