@@ -141,10 +141,13 @@ if TYPE_CHECKING:
     from agentcontext.store import ChatUpdate as ChatUpdate
     from agentcontext.store import Checkpoint as Checkpoint
     from agentcontext.store import ContextStore as ContextStore
+    from agentcontext.store import ErasureReport as ErasureReport
     from agentcontext.store import Graph as Graph
     from agentcontext.store import GraphNode as GraphNode
     from agentcontext.store import InMemoryContextStore as InMemoryContextStore
     from agentcontext.store import MessageRecord as MessageRecord
+    from agentcontext.store import PruneReport as PruneReport
+    from agentcontext.store import PurgeReport as PurgeReport
     from agentcontext.store import ResolveRecord as ResolveRecord
     from agentcontext.store import SearchResult as SearchResult
     from agentcontext.store import SqlContextStore as SqlContextStore

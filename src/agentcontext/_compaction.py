@@ -15,7 +15,6 @@ concurrent compaction of the same point stores one node (the last summary writte
 from __future__ import annotations
 
 import inspect
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -26,11 +25,9 @@ from agentcontext._conversation import COMPACTION, Conversation
 from agentcontext.errors import EmptyConversationError, InvalidTypeError
 from agentcontext.fragments import is_empty_assistant_placeholder
 from agentcontext.messages import Message, TextPart
-from agentcontext.store.records import MessageRecord, utcnow
+from agentcontext.store.records import MessageRecord, compaction_id, utcnow
 
-__all__ = ["Compaction", "Summarizer", "compact"]
-
-_COMPACTIONS = uuid.UUID("0b7f9a52-6c1e-4d0b-a8f3-2e5c9d41b7a6")
+__all__ = ["Compaction", "Summarizer", "compact", "compaction_id"]
 
 Summarizer = Callable[[list[Message]], Awaitable[str | Message]]
 """An async callable given the messages to fold that returns the summary (text or message)."""
@@ -53,11 +50,6 @@ class Compaction(BaseModel):
     previous_id: str | None = None
     """The compaction this one nests (its summary was folded into this one)."""
     created_at: AwareDatetime
-
-
-def compaction_id(chat_id: str, through: str) -> str:
-    """The id of the compaction of ``chat_id`` at message ``through``."""
-    return uuid.uuid5(_COMPACTIONS, f"{chat_id}\x00{through}").hex
 
 
 def _fold_point(messages: Sequence[Message], keep_last_turns: int) -> int:

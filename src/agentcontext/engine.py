@@ -56,6 +56,7 @@ from agentcontext.renderers import ContextRenderer, XmlRenderer
 from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store.protocols import EngineStore
 from agentcontext.store.records import (
+    PURGED,
     Branch,
     BranchInfo,
     Chat,
@@ -724,8 +725,10 @@ class ContextEngine:
                 activate=True,
                 name=name,
             )
-        except MessageNotFoundError:
+        except MessageNotFoundError as exc:
             await conv.require_chat()
+            if PURGED in str(exc):
+                raise  # the store names the purge that deleted it
             raise MessageNotFoundError(
                 f"message {message_id!r} does not exist in chat {self.chat_id!r}"
             ) from None

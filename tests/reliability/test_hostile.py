@@ -1620,6 +1620,7 @@ WRONG: dict[str, tuple[object, ...]] = {
     "float": (None, "3", True, [1.0]),
     "bool | None": (1, "yes", [True]),
     "AsyncConnection": (None, "text", 42),
+    "datetime | timedelta": (None, "1d", 42, [1]),
 }
 
 
@@ -1741,6 +1742,15 @@ STORE_BASELINES: dict[str, Baseline] = {
     "list_resolve_records": lambda w: {"chat_id": SEED},
     "export_chat": lambda w: {"chat_id": SEED},
     "import_chat": lambda w: {"export": w.other_export},
+    "prune": lambda w: {"older_than": timedelta(days=3650), "user_id": OWNER},
+    "purge": lambda w: {"chat_id": SEED},
+    "erase_user": lambda w: {"user_id": "nobody"},
+    "copy_chat": lambda w: {
+        "source_id": SEED,
+        "new_chat_id": "copy",
+        "up_to": HEAD,
+        "user_id": OWNER,
+    },
 }
 
 ENGINE_BASELINES: dict[str, Baseline] = {

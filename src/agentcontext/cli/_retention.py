@@ -59,8 +59,8 @@ def register(commands: Any) -> None:
         description="Delete every chat (or every chat of --user) whose last activity (the "
         "'last activity' of 'agentcontext chats', moved by every save) is "
         "older than DURATION, such as 90d, 12h, 2w or 1d12h. --dry-run lists them without "
-        "deleting. Each chat is read again just before it is deleted: one that became active "
-        "since the listing is kept.",
+        "deleting. The chats are deleted in one transaction (store.prune), with the blobs no "
+        "other chat uses; one written meanwhile is kept if it became active again.",
     )
     prune.add_argument(
         "--older-than",
@@ -91,9 +91,12 @@ async def _delete(args: argparse.Namespace, env: Env) -> int:
 
 
 async def _prune(args: argparse.Namespace, env: Env) -> int:
-    cutoff: datetime = utcnow() - args.older_than
-    deleted: list[ChatInfo] = []
     async with open_store(env) as store:
+        if not args.dry_run:
+            report = await store.prune(older_than=args.older_than, user_id=args.user)
+            _report(args, env, report.older_than, report.chats)
+            return EXIT_OK
+        cutoff: datetime = utcnow() - args.older_than
         stale: list[ChatInfo] = []
         offset = 0
         while True:
@@ -103,16 +106,7 @@ async def _prune(args: argparse.Namespace, env: Env) -> int:
             if len(page) < _PAGE:
                 break
             offset += _PAGE
-        for chat in stale:
-            if args.dry_run:
-                deleted.append(chat)
-                continue
-            current = await store.get_chat(chat.id)
-            if current is None or current.updated_at >= cutoff:
-                continue  # deleted meanwhile, or active again: keep it
-            if await store.delete_chat(chat.id, user_id=chat.user_id):
-                deleted.append(chat)
-    _report(args, env, cutoff, deleted)
+    _report(args, env, cutoff, stale)
     return EXIT_OK
 
 

@@ -26,7 +26,6 @@ from agentcontext.errors import (
     ChatNotFoundError,
     InvalidGraphError,
     InvalidInputError,
-    MessageNotFoundError,
     StoreError,
 )
 from agentcontext.store import _chats, _messages, _rows
@@ -94,7 +93,7 @@ def check_head(conn: Connection, chat_id: str, message_id: str | None) -> int:
         return 0
     row = conn.execute(select(M.c.chat_id, M.c.depth, M.c.type).where(M.c.id == message_id)).first()
     if row is None:
-        raise MessageNotFoundError(f"message {message_id!r} does not exist")
+        raise _chats.missing_message_error(conn, chat_id, message_id)
     if row[0] != chat_id:
         raise InvalidGraphError(f"message {message_id!r} belongs to another chat, not {chat_id!r}")
     if row[2] == "compaction":

@@ -16,6 +16,7 @@ from agentcontext.errors import (
     ChatNotFoundError,
     CorruptDataError,
     InvalidTypeError,
+    MessageNotFoundError,
     StoreError,
 )
 from agentcontext.store import _rows
@@ -30,7 +31,7 @@ from agentcontext.store._schema import record_messages as RM
 from agentcontext.store._schema import resolve_records as RR
 from agentcontext.store._schema import snapshot_items as SI
 from agentcontext.store._schema import snapshots as SN
-from agentcontext.store.records import Chat, ChatInfo, ChatUpdate, utcnow
+from agentcontext.store.records import PURGED, Chat, ChatInfo, ChatUpdate, utcnow
 
 _log = logging.getLogger("agentcontext.store")
 T = TypeVar("T")
@@ -249,6 +250,19 @@ def _damaged_info(row: Any, counts: dict[str, int], reason: str) -> ChatInfo:
     )
 
 
+def missing_message_error(conn: Connection, chat_id: str, message_id: str) -> MessageNotFoundError:
+    """The error for a message id missing from a chat: it names the purge when the chat was
+    purged (the id may have been one of its messages)."""
+    purged = conn.scalar(select(C.c.purged_at).where(C.c.id == chat_id))
+    if purged is None:
+        return MessageNotFoundError(f"message {message_id!r} does not exist")
+    return MessageNotFoundError(
+        f"message {message_id!r} does not exist in chat {chat_id!r}: {PURGED} at {purged} "
+        "(messages no branch, checkpoint or compaction tail "
+        "reached were deleted); rewind to a message the chat still holds"
+    )
+
+
 def delete_chat(conn: Connection, dialect: Dialect, chat_id: str, user_id: str | None) -> bool:
     """Delete a chat with everything it holds (write transaction); False if it is unknown or
     another user's."""
@@ -262,19 +276,23 @@ def delete_chat(conn: Connection, dialect: Dialect, chat_id: str, user_id: str |
     return True
 
 
-def delete_rows(conn: Connection, dialect: Dialect, chat_id: str) -> None:
-    """Delete everything of a chat, children before parents, search entries included."""
+def delete_rows(conn: Connection, dialect: Dialect, chat_id: str) -> dict[str, int]:
+    """Delete everything of a chat, children before parents, search entries included; the
+    rows deleted per table. Blobs stay (see ``_retention.drop_blobs``)."""
     records = select(RR.c.id).where(RR.c.chat_id == chat_id)
-    conn.execute(delete(RM).where(RM.c.record_id.in_(records)))
-    conn.execute(delete(RR).where(RR.c.chat_id == chat_id))
     snapshot_ids = select(SN.c.id).where(SN.c.chat_id == chat_id)
-    conn.execute(delete(SI).where(SI.c.snapshot_id.in_(snapshot_ids)))
-    conn.execute(delete(SN).where(SN.c.chat_id == chat_id))
-    conn.execute(delete(K).where(K.c.chat_id == chat_id))
-    conn.execute(delete(B).where(B.c.chat_id == chat_id))
     dialect.unindex_chat(conn, chat_id)
-    conn.execute(delete(M).where(M.c.chat_id == chat_id))
-    conn.execute(delete(C).where(C.c.id == chat_id))
+    steps = (
+        ("record_messages", delete(RM).where(RM.c.record_id.in_(records))),
+        ("resolve_records", delete(RR).where(RR.c.chat_id == chat_id)),
+        ("snapshot_items", delete(SI).where(SI.c.snapshot_id.in_(snapshot_ids))),
+        ("snapshots", delete(SN).where(SN.c.chat_id == chat_id)),
+        ("checkpoints", delete(K).where(K.c.chat_id == chat_id)),
+        ("branches", delete(B).where(B.c.chat_id == chat_id)),
+        ("messages", delete(M).where(M.c.chat_id == chat_id)),
+        ("chats", delete(C).where(C.c.id == chat_id)),
+    )
+    return {table: int(conn.execute(statement).rowcount or 0) for table, statement in steps}
 
 
 __all__ = [
@@ -292,6 +310,7 @@ __all__ = [
     "list_chats",
     "list_query",
     "lock",
+    "missing_message_error",
     "new_chat",
     "require",
     "touch",

@@ -108,12 +108,13 @@ class ChainMemory:
                 _, evicted = self._chats.popitem(last=False)
                 self._bytes -= sum(e.size for e in evicted)
 
-    def forget(self, chat_id: str) -> None:
-        """Drop what is held for a chat (it was deleted, purged or rewritten)."""
+    def forget(self, *chat_ids: str) -> None:
+        """Drop what is held for these chats (deleted, purged or rewritten)."""
         with self._lock:
-            entries = self._chats.pop(chat_id, None)
-            if entries:
-                self._bytes -= sum(e.size for e in entries)
+            for chat_id in chat_ids:
+                entries = self._chats.pop(chat_id, None)
+                if entries:
+                    self._bytes -= sum(e.size for e in entries)
 
     def clear(self) -> None:
         """Drop everything."""

@@ -158,6 +158,9 @@ class ChatRow(Base):
     """Change counter: every write to the chat's graph increments it (see messages.version)."""
     message_count: Mapped[int] = mapped_column(BigInteger, server_default="0")
     """Messages of the chat on all branches, kept in step by every write that inserts some."""
+    purged_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    """When ``purge`` last deleted messages of the chat (None if it never did): an id missing
+    from a purged chat is named as purged, not only as unknown."""
 
     __table_args__ = (
         Index("ix_chats_user_id_updated_at_id", "user_id", "updated_at", "id"),

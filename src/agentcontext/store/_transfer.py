@@ -24,7 +24,7 @@ from agentcontext.store._schema import messages as M
 from agentcontext.store._schema import snapshots as SN
 from agentcontext.store.records import Branch, ChatExport, ExportedBlob, MessageRecord
 
-__all__ = ["check_export", "export_chat", "import_chat"]
+__all__ = ["check_export", "export_chat", "import_chat", "parents_first"]
 
 
 def export_chat(conn: Connection, chat_id: str) -> ChatExport:
@@ -52,7 +52,7 @@ def export_chat(conn: Connection, chat_id: str) -> ChatExport:
     )
 
 
-def _parents_first(records: list[MessageRecord]) -> list[MessageRecord]:
+def parents_first(records: list[MessageRecord]) -> list[MessageRecord]:
     """The messages with every parent before its children, otherwise in the given order.
 
     Refuses a parent missing from the export and cycles.
@@ -95,7 +95,7 @@ def check_export(
     v.check_json_object(chat.metadata, "chat.metadata")
     _check_time(chat.created_at, "chat.created_at")
     _check_time(chat.updated_at, "chat.updated_at")
-    records = _parents_first(check_records(export.messages, "messages"))
+    records = parents_first(check_records(export.messages, "messages"))
     ids = {r.id for r in records}
     for record in records:
         if record.chat_id != chat.id:

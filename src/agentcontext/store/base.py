@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
@@ -26,9 +27,12 @@ from agentcontext.store.records import (
     ChatState,
     ChatUpdate,
     Checkpoint,
+    ErasureReport,
     Graph,
     GraphOutline,
     MessageRecord,
+    PruneReport,
+    PurgeReport,
     ResolveRecord,
     SearchResult,
 )
@@ -492,6 +496,63 @@ class ContextStore(abc.ABC):
         is inconsistent (a branch or checkpoint pointing at a missing message, not exactly one
         active branch, ids that exist in this database already). Nothing is written unless
         everything is.
+        """
+
+    # --- retention, erasure and copies ---------------------------------------------------------
+
+    @abc.abstractmethod
+    async def prune(
+        self, *, older_than: datetime | timedelta, user_id: str | None = None
+    ) -> PruneReport:
+        """Delete the chats whose last activity is before ``older_than`` (a moment, or an age
+        such as ``timedelta(days=90)``), only ``user_id``'s when given, in one transaction.
+
+        Each goes with everything it holds (messages, search entries, branches, checkpoints,
+        compactions, snapshots, resolve records) and the blobs no other chat refers to. A chat
+        written meanwhile is read again once its writer commits, and kept if it is active
+        again. Returns a `PruneReport` naming the chats and counting the rows per table.
+        """
+
+    @abc.abstractmethod
+    async def purge(self, chat_id: str) -> PurgeReport:
+        """Delete the messages of a chat that no branch head, checkpoint or compaction tail
+        reaches any more, in one transaction.
+
+        Those are the messages only deleted branches reached, and the prefix a compaction
+        folded once every branch and checkpoint through it is compacted past it (the
+        compaction point and its summary stay). Their search entries go too; snapshots and
+        resolve records that pointed at one are kept, pointing at none. Afterwards a rewind
+        (or a branch or checkpoint) to a purged id raises `MessageNotFoundError` saying the
+        chat's history was purged. Running it again deletes nothing more.
+        Raises `ChatNotFoundError` for an unknown chat.
+        """
+
+    @abc.abstractmethod
+    async def erase_user(self, user_id: str) -> ErasureReport:
+        """Delete every chat of ``user_id`` with all its rows, and every blob only those chats
+        used (blobs shared with other users' chats stay), in one transaction. Returns the
+        receipt: the chat ids removed and the rows deleted per table. A user with no chats
+        gets an empty receipt.
+        """
+
+    @abc.abstractmethod
+    async def copy_chat(
+        self,
+        source_id: str,
+        new_chat_id: str,
+        *,
+        up_to: str | None = None,
+        user_id: str | None = None,
+    ) -> dict[str, str]:
+        """Copy a chat to ``new_chat_id`` with fresh message ids, in one transaction; returns
+        each old message id with its new one.
+
+        The copy has the source's branches (the same one active), checkpoints and
+        compactions, or with ``up_to`` only the chain ending at that message (with the
+        compactions on it) as one active branch ``main``. It belongs to ``user_id`` (default:
+        the source's owner) and is searched, resolved and rewound like the source. Snapshots
+        and resolve records are not copied. Raises `ChatNotFoundError` for an unknown source
+        and `ChatExistsError` (writing nothing) when ``new_chat_id`` is taken.
         """
 
     # --- what the engine reads most (defaults built on the methods above) ----------------------

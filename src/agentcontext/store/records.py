@@ -7,6 +7,7 @@ microsecond precision on both backends.
 from __future__ import annotations
 
 import base64
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -24,6 +25,7 @@ __all__ = [
     "ChainRows",
     "ChatExport",
     "ChatState",
+    "ErasureReport",
     "ExportedBlob",
     "Chat",
     "ChatInfo",
@@ -34,10 +36,25 @@ __all__ = [
     "GraphNode",
     "GraphOutline",
     "MessageRecord",
+    "PruneReport",
+    "PurgeReport",
     "ResolveRecord",
     "SearchResult",
+    "compaction_id",
     "utcnow",
 ]
+
+
+_COMPACTIONS = uuid.UUID("0b7f9a52-6c1e-4d0b-a8f3-2e5c9d41b7a6")
+
+PURGED = "the chat's history was purged"
+"""Words of every error about a message id a purge deleted (the engine passes them on)."""
+
+
+def compaction_id(chat_id: str, through: str) -> str:
+    """The id of the compaction of ``chat_id`` at message ``through`` (a retried compaction of
+    the same point, or a copy's compaction of the copied point, gets the same id)."""
+    return uuid.uuid5(_COMPACTIONS, f"{chat_id}\x00{through}").hex
 
 
 def utcnow() -> datetime:
@@ -342,3 +359,47 @@ class AppendResult(BaseModel):
     """None when the store does not report it (the engine confirms it on its next read)."""
     existing: list[str] = []
     """With ``updates``: the ids that exist already but were not allowed to."""
+
+
+class PruneReport(_Record):
+    """What ``prune`` deleted: the chats whose last activity was before ``older_than`` (only
+    ``user_id``'s when given), and the rows removed per table (``deleted["blobs"]`` counts the
+    contents no remaining chat refers to any more)."""
+
+    older_than: AwareDatetime
+    """The cut-off: chats with no activity since this moment were deleted."""
+    user_id: str | None
+    chat_ids: list[str]
+    """The ids of the deleted chats (newest activity first)."""
+    chats: list[ChatInfo]
+    """The deleted chats as they were just before, in the same order."""
+    deleted: dict[str, int]
+    """Rows deleted per table (``chats``, ``messages``, ``branches``, ...)."""
+    pruned_at: AwareDatetime
+
+
+class PurgeReport(_Record):
+    """What ``purge`` did to one chat: the messages deleted because no branch head,
+    checkpoint or compaction tail reaches them any more, and how many are kept."""
+
+    chat_id: str
+    deleted_messages: int
+    kept_messages: int
+    detached: int
+    """Snapshots and resolve records that pointed at a deleted message and now point at none
+    (they are kept, with their contents)."""
+    purged_at: AwareDatetime | None
+    """When the chat's history was last purged (None if no purge ever deleted anything)."""
+
+
+class ErasureReport(_Record):
+    """The receipt of ``erase_user``: every chat of the user, with all its rows, and the blobs
+    only those chats used, are gone."""
+
+    user_id: str
+    chat_ids: list[str]
+    """The chats removed (oldest activity first)."""
+    deleted: dict[str, int]
+    """Rows deleted per table (``chats``, ``messages``, ``branches``, ``checkpoints``,
+    ``snapshots``, ``snapshot_items``, ``resolve_records``, ``record_messages``, ``blobs``)."""
+    erased_at: AwareDatetime

@@ -14,6 +14,7 @@ import functools
 import warnings
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime, timedelta
 from typing import Any, Literal, Never
 
 from sqlalchemy import Select
@@ -30,10 +31,12 @@ from agentcontext.store import (
     _chain,
     _chats,
     _checkpoints,
+    _copy,
     _graph,
     _messages,
     _migrate,
     _pages,
+    _retention,
     _search,
     _snapshots,
     _transfer,
@@ -59,9 +62,12 @@ from agentcontext.store.records import (
     ChatState,
     ChatUpdate,
     Checkpoint,
+    ErasureReport,
     Graph,
     GraphOutline,
     MessageRecord,
+    PruneReport,
+    PurgeReport,
     ResolveRecord,
     SearchResult,
     utcnow,
@@ -234,24 +240,16 @@ class SqlContextStore(ContextStore):
     # --- chats ------------------------------------------------------------------------------
 
     async def create_chat(
-        self,
-        chat_id: str,
-        *,
-        user_id: str,
-        title: str | None = None,
+        self, chat_id: str, *, user_id: str, title: str | None = None,
         metadata: Mapping[str, Any] | None = None,
-    ) -> Chat:
+    ) -> Chat:  # fmt: skip
         chat = _chats.checked_new(chat_id, user_id, title, metadata)
         return await self.db.run("write", unit(_chats.create, chat), chat=chat.id)
 
     async def upsert_chat(
-        self,
-        chat_id: str,
-        *,
-        user_id: str,
-        title: str | None = None,
+        self, chat_id: str, *, user_id: str, title: str | None = None,
         metadata: Mapping[str, Any] | None = None,
-    ) -> Chat:
+    ) -> Chat:  # fmt: skip
         chat = _chats.checked_new(chat_id, user_id, title, metadata)
         found = await self.db.run("read", unit(_chats.get, chat.id))
         if found is not None:
@@ -272,26 +270,18 @@ class SqlContextStore(ContextStore):
         return await self.db.run("write", write, chat=chat_id)
 
     async def list_chats(
-        self,
-        *,
-        user_id: str | None = None,
-        metadata: Mapping[str, str | int | bool] | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> list[ChatInfo]:
+        self, *, user_id: str | None = None, metadata: Mapping[str, str | int | bool] | None = None,
+        limit: int | None = None, offset: int = 0,
+    ) -> list[ChatInfo]:  # fmt: skip
         query = self.list_chats_query(
             user_id=user_id, metadata=metadata, limit=limit, offset=offset
         )
         return await self.db.run("read", unit(_chats.list_chats, query))
 
     def list_chats_query(
-        self,
-        *,
-        user_id: str | None = None,
-        metadata: Mapping[str, str | int | bool] | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> Select[Any]:
+        self, *, user_id: str | None = None, metadata: Mapping[str, str | int | bool] | None = None,
+        limit: int | None = None, offset: int = 0,
+    ) -> Select[Any]:  # fmt: skip
         """The SQL `list_chats` runs (to show its query plan, for instance)."""
         v.check_optional_id(user_id, "user_id")
         return _chats.list_query(
@@ -362,13 +352,9 @@ class SqlContextStore(ContextStore):
     # --- branches ---------------------------------------------------------------------------
 
     async def create_branch(
-        self,
-        chat_id: str,
-        name: str,
-        *,
-        head_message_id: str | None = None,
+        self, chat_id: str, name: str, *, head_message_id: str | None = None,
         activate: bool = False,
-    ) -> Branch:
+    ) -> Branch:  # fmt: skip
         v.check_id(chat_id, "chat_id")
         v.check_id(name, "branch name")
         v.check_optional_id(head_message_id, "head_message_id")
@@ -377,15 +363,9 @@ class SqlContextStore(ContextStore):
         return await self.db.run("write", write, chat=chat_id)
 
     async def fork_branch(
-        self,
-        chat_id: str,
-        base_name: str,
-        *,
-        head_message_id: str | None,
-        activate: bool,
-        messages: Sequence[MessageRecord] = (),
-        name: str | None = None,
-    ) -> BranchInfo:
+        self, chat_id: str, base_name: str, *, head_message_id: str | None, activate: bool,
+        messages: Sequence[MessageRecord] = (), name: str | None = None,
+    ) -> BranchInfo:  # fmt: skip
         v.check_id(chat_id, "chat_id")
         v.check_id(base_name, "base_name")
         v.check_optional_id(head_message_id, "head_message_id")
@@ -434,14 +414,9 @@ class SqlContextStore(ContextStore):
         return True
 
     async def append_messages(
-        self,
-        branch_id: str,
-        messages: Sequence[MessageRecord],
-        *,
-        expected_head: str | None,
-        new_head: str | None = None,
-        updates: Collection[str] | None = None,
-    ) -> AppendResult:
+        self, branch_id: str, messages: Sequence[MessageRecord], *, expected_head: str | None,
+        new_head: str | None = None, updates: Collection[str] | None = None,
+    ) -> AppendResult:  # fmt: skip
         v.check_id(branch_id, "branch_id")
         v.check_optional_id(expected_head, "expected_head")
         allowed = None if updates is None else set(v.check_str_list(updates, "updates"))
@@ -610,12 +585,9 @@ class SqlContextStore(ContextStore):
     # --- blobs, snapshots, resolve records ---------------------------------------------------
 
     async def put_blob(
-        self,
-        content: bytes,
-        *,
-        media_type: str = "application/octet-stream",
+        self, content: bytes, *, media_type: str = "application/octet-stream",
         expected_hash: str | None = None,
-    ) -> str:
+    ) -> str:  # fmt: skip
         digest, checked = _snapshots.check_put(content, media_type, expected_hash)
         await self.db.run("write", unit(_snapshots.put_blobs, self._dialect, checked))
         return digest
@@ -654,16 +626,10 @@ class SqlContextStore(ContextStore):
         return await self.db.run("snapshot", unit(_snapshots.chat_snapshots, chat_id))
 
     async def create_resolve_record(
-        self,
-        chat_id: str,
-        *,
-        branch_id: str | None,
-        branch_name: str | None,
-        head_message_id: str | None,
-        renderer: str,
-        system_prompt: str,
+        self, chat_id: str, *, branch_id: str | None, branch_name: str | None,
+        head_message_id: str | None, renderer: str, system_prompt: str,
         messages: Sequence[tuple[str, bytes]],
-    ) -> ResolveRecord:
+    ) -> ResolveRecord:  # fmt: skip
         record, blobs = _snapshots.new_record(
             chat_id, branch_id, branch_name, head_message_id, renderer, system_prompt, messages
         )
@@ -682,6 +648,44 @@ class SqlContextStore(ContextStore):
 
     async def collect_garbage(self) -> int:
         return await _snapshots.collect_garbage_retrying(self.db)
+
+    # --- retention, erasure and copies -------------------------------------------------------
+
+    async def prune(
+        self, *, older_than: datetime | timedelta, user_id: str | None = None
+    ) -> PruneReport:
+        cutoff = _retention.check_cutoff(older_than)
+        v.check_optional_id(user_id, "user_id")
+        report: PruneReport = await self.db.run(
+            "write", unit(_retention.prune, self._dialect, cutoff, user_id)
+        )
+        self._memory.forget(*report.chat_ids)
+        return report
+
+    async def purge(self, chat_id: str) -> PurgeReport:
+        v.check_id(chat_id, "chat_id")
+        write = unit(_retention.purge, self._dialect, chat_id)
+        report: PurgeReport = await self.db.run("write", write, chat=chat_id)
+        self._memory.forget(chat_id)
+        return report
+
+    async def erase_user(self, user_id: str) -> ErasureReport:
+        v.check_id(user_id, "user_id")
+        write = unit(_retention.erase_user, self._dialect, user_id)
+        report: ErasureReport = await self.db.run("write", write)
+        self._memory.forget(*report.chat_ids)
+        return report
+
+    async def copy_chat(
+        self, source_id: str, new_chat_id: str, *, up_to: str | None = None,
+        user_id: str | None = None,
+    ) -> dict[str, str]:  # fmt: skip
+        v.check_id(source_id, "source_id")
+        v.check_id(new_chat_id, "new_chat_id")
+        v.check_optional_id(up_to, "up_to")
+        v.check_optional_id(user_id, "user_id")
+        write = unit(_copy.copy_chat, self._dialect, source_id, new_chat_id, up_to, user_id)
+        return await self.db.run("write", write, chat={source_id, new_chat_id})
 
     # --- transfer ---------------------------------------------------------------------------
 

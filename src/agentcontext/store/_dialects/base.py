@@ -327,6 +327,11 @@ class Dialect(abc.ABC):
         """Remove a chat's messages from a search index kept apart from their rows, before the
         rows are deleted."""
 
+    def tidy_search_index(self, conn: Connection, deleted: int) -> None:  # noqa: B027 - optional
+        """After ``deleted`` messages were removed in bulk (a prune, an erasure, a purge): give
+        back the space their entries held in a search index kept apart from their rows, with
+        work bounded by ``deleted``."""
+
 
 class AppendRefused(Exception):
     """Internal: an append statement wrote nothing. ``reason`` says why."""
