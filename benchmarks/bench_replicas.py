@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import sys
@@ -47,7 +48,9 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
 from agentcontext import ContextEngine, SqlContextStore, assistant_text, user  # noqa: E402
 
-DEFAULT_PG = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
+DEFAULT_PG = os.environ.get(
+    "AGENTCONTEXT_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
+)
 
 
 def _dsn(url: str) -> str:
@@ -142,7 +145,7 @@ async def main() -> None:
     primary = make_url(args.pg_url).set(database=name).render_as_string(hide_password=False)
     try:
         if args.replica_url is None:
-            from tests.store._standby import COPIED_SETTINGS, start_standby
+            from tests.store._standby import COPIED_SETTINGS, StandbyError, start_standby
 
             conn = await asyncpg.connect(_dsn(args.pg_url), timeout=10)
             try:
@@ -152,9 +155,13 @@ async def main() -> None:
                 )
             finally:
                 await conn.close()
-            standby = await asyncio.to_thread(
-                start_standby, args.pg_url, {row["name"]: row["setting"] for row in rows}
-            )
+            try:
+                standby = await asyncio.to_thread(
+                    start_standby, args.pg_url, {row["name"]: row["setting"] for row in rows}
+                )
+            except StandbyError as exc:
+                print(f"skipped: cannot start a standby ({exc}); pass --replica-url")
+                return
             replica = standby.url(name)
         else:
             replica = (
