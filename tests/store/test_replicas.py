@@ -313,6 +313,30 @@ async def test_a_stopped_standby_is_skipped_with_a_warning(
         assert replicas.replicas[0].reads > served
 
 
+async def test_a_writer_that_read_a_stale_replica_grafts_its_turn(pair: Pair) -> None:
+    """Another process's write the replica has not replayed: this store's engine opens the chat
+    from the replica (stale), its compare-and-swap is refused on the primary, and the re-read
+    that follows sees the primary: the turn lands after the other one, nothing is lost."""
+    async with SqlContextStore(pair.primary, read_replicas=[pair.replica]) as other:
+        await _save_turn(other, "c1", "one")
+        await _replayed(pair.primary, pair.replica)
+        await pair.pause()
+        await _save_turn(other, "c1", "two")
+    async with SqlContextStore(
+        pair.primary, read_replicas=[pair.replica], replica_wait=0.05
+    ) as store:
+        context = ContextEngine(store=store, chat_id="c1", user_id="u")
+        assert [str(m.text) for m in (await context.resolve()).messages] == ["one", "re: one"]
+        context.set(user("three"))
+        result = await context.save()
+        assert result.consistency_token is not None  # the retried write's position
+        assert parse_token(result.consistency_token) > 0
+        expected = ["one", "re: one", "two", "re: two", "three"]
+        assert [str(m.text) for m in (await context.resolve()).messages] == expected
+    async with SqlContextStore(pair.primary) as primary_only:
+        assert await _history(primary_only, "c1") == expected
+
+
 async def test_inside_begin_everything_runs_on_the_primary(pair: Pair) -> None:
     async with SqlContextStore(pair.primary, read_replicas=[pair.replica]) as store:
         replica = store.db.replicas.replicas[0]  # type: ignore[union-attr]

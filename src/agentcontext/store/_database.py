@@ -59,6 +59,9 @@ __all__ = ["Database", "Transaction", "driver_threads", "settle_driver_threads",
 T = TypeVar("T")
 P = ParamSpec("P")
 
+_Note = Callable[[], Callable[[int | None], None]]
+"""Before the primary's position is read after a commit: returns what takes the answer."""
+
 
 def unit(
     function: Callable[Concatenate[Connection, P], T], /, *args: P.args, **kwargs: P.kwargs
@@ -367,7 +370,9 @@ class Database:
         else:
             if chats and self._holds:
                 await self._wait_for_holds(chats)
-            note = None if replicas is None or reading else functools.partial(replicas.wrote, chats)
+            note = (
+                None if replicas is None or reading else functools.partial(replicas.writing, chats)
+            )
             runner = self._run_unit(mode, unit, idempotent, note)
         task = loop.create_task(runner)
         self._inflight.add(task)
@@ -442,7 +447,7 @@ class Database:
         mode: Mode,
         unit: Callable[[Connection], T],
         idempotent: bool,
-        note: Callable[[int | None], None] | None = None,
+        note: _Note | None = None,
     ) -> T:
         if self._all_lock is not None:
             await self._acquire_memory()
@@ -481,7 +486,7 @@ class Database:
         mode: Mode,
         unit: Callable[[Connection], T],
         idempotent: bool,
-        note: Callable[[int | None], None] | None,
+        note: _Note | None,
     ) -> T:
         for attempt in (0, 1):
             state = _UnitState(mode, idempotent)
@@ -500,7 +505,7 @@ class Database:
         unit: Callable[[Connection], T],
         state: _UnitState,
         engine: Engine | None = None,
-        note: Callable[[int | None], None] | None = None,
+        note: _Note | None = None,
     ) -> T:
         with (engine or self._sync_engine).connect() as conn:
             self.dialect.prepare(conn, mode)
@@ -530,13 +535,14 @@ class Database:
                 self._note_position(conn, note)
             return result
 
-    def _note_position(self, conn: Connection, note: Callable[[int | None], None]) -> None:
+    def _note_position(self, conn: Connection, note: _Note) -> None:
         """Tell the replicas where the primary's log is after a commit (None: unknown)."""
+        done = note()
         try:
             position = self.dialect.write_position(conn)
         except (SQLAlchemyError, OSError, TimeoutError):
             position = None  # committed all the same; the next read asks the primary
-        note(position)
+        done(position)
 
     async def _run_bound(
         self,

@@ -155,6 +155,27 @@ class Replicas:
         for chat_id in chats:
             self._raise(chat_id, position)
 
+    def writing(self, chats: Collection[str]) -> Callable[[int | None], None]:
+        """Called before the primary is asked for its position after a commit to ``chats``;
+        the function returned takes the answer (`wrote`). Marks made before the question are
+        settled by its answer as well."""
+        marked, anon = set(self._pending), self._pending_anon
+
+        def done(position: int | None) -> None:
+            if position is not None:
+                self._settle(marked, anon, position)
+            self.wrote(chats, position)
+
+        return done
+
+    def _settle(self, marked: set[str], anon: bool, position: int) -> None:
+        """Pending marks made before ``position`` was read are floors at ``position``."""
+        self._pending.difference_update(marked)
+        if anon:
+            self._pending_anon = False
+            self.wrote((), position)
+        self.wrote(marked, position)
+
     def uncertain(self, chats: Collection[str]) -> None:
         """``chats`` (none: anything) may have changed on the primary after the floors known."""
         if chats:
@@ -206,11 +227,7 @@ class Replicas:
             marked, anon = set(self._pending), self._pending_anon
             position = await db.on_primary("read", self.dialect.write_position)
             if position is not None:
-                self._pending.difference_update(marked)
-                self._pending_anon = self._pending_anon and not anon
-                self.wrote(marked, position)
-                if anon:
-                    self.wrote((), position)
+                self._settle(marked, anon, position)
         if not chats:
             return self._top
         return max([self._anon, *(self._floors.get(chat_id, 0) for chat_id in chats)])
