@@ -44,6 +44,7 @@ from tests.conftest import (
     pg_admin_url,
     require_postgres,
     run_sync,
+    through_pgbouncer,
 )
 from tests.store._standby import COPIED_SETTINGS, Standby, StandbyError, start_standby
 
@@ -298,6 +299,13 @@ async def test_a_stopped_standby_is_skipped_with_a_warning(
                 await _save_turn(store, "c1", "two")
                 assert await _history(store, "c1") == ["one", "re: one", "two", "re: two"]
                 assert await _history(store, "c2") == []  # a chat this store never wrote
+                for _ in range(5):
+                    assert await _history(store, "c1") == ["one", "re: one", "two", "re: two"]
+            warnings = [r.getMessage() for r in caplog.records if r.name == "agentcontext"]
+            # Rate-limited: one line per replica and reason, however many reads were skipped.
+            assert sum("cannot be reached" in line for line in warnings) <= 1
+            assert sum("a read failed" in line for line in warnings) <= 1
+            assert warnings
             assert "read replica" in caplog.text
             assert "skipped" in caplog.text
             assert replicas.primary_reads > 0
@@ -335,6 +343,19 @@ async def test_a_writer_that_read_a_stale_replica_grafts_its_turn(pair: Pair) ->
         assert [str(m.text) for m in (await context.resolve()).messages] == expected
     async with SqlContextStore(pair.primary) as primary_only:
         assert await _history(primary_only, "c1") == expected
+
+
+async def test_through_pgbouncer(pair: Pair, pgbouncer_port: int) -> None:
+    """Behind PgBouncer in transaction pooling mode every statement runs in a transaction: the
+    position after a commit is read that way too."""
+    primary = through_pgbouncer(pair.primary, pgbouncer_port)
+    async with SqlContextStore(primary, read_replicas=[pair.replica]) as store:
+        first = await _save_turn(store, "c1", "one")
+        await pair.pause()
+        second = await _save_turn(store, "c1", "two")
+        assert first is not None and second is not None
+        assert parse_token(second) > parse_token(first)
+        assert await _history(store, "c1") == ["one", "re: one", "two", "re: two"]
 
 
 async def test_inside_begin_everything_runs_on_the_primary(pair: Pair) -> None:
