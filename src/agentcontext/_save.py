@@ -58,6 +58,11 @@ class SaveResult(BaseModel):
 
     head: str | None = Field(alias="head_message_id")
     """The head's id, or None when nothing was saved on a branch without messages."""
+    consistency_token: str | None = None
+    """With read replicas: an opaque token naming this save's commit. Another process passes
+    it as ``ContextEngine(..., after=token)`` and its reads of the chat see the save. None
+    when the store has no read replicas (its reads always see the primary) or the save ran
+    in a caller's transaction (``store.using()``, ``store.begin()``), which commits later."""
 
     @property
     def head_message_id(self) -> str:

@@ -54,7 +54,7 @@ from agentcontext.messages import Message, ResolveResult
 from agentcontext.reminders.engine import remind, without_reminders
 from agentcontext.renderers import ContextRenderer, XmlRenderer
 from agentcontext.snapshots import ContextSnapshot
-from agentcontext.store.protocols import EngineStore
+from agentcontext.store.protocols import ConsistencyTokens, EngineStore
 from agentcontext.store.records import (
     PURGED,
     Branch,
@@ -166,6 +166,9 @@ class ContextEngine:
         metadata: Merged into the chat's metadata once, on first use.
         lazy_max_depth: Deepest chain of lazy values loaded (default 10).
         lazy_max_items: Most items one lazy generator may yield (default 10 000).
+        after: A `SaveResult.consistency_token` from another process: with read replicas,
+            this engine's reads of the chat then see that save (a replica serves them only
+            once it has replayed it). None (default): no such wait.
 
     The engine initialises itself on the first async call: it opens the chat (creating it),
     checks its owner, merges ``metadata`` and takes the chat's active branch (whatever its
@@ -191,6 +194,7 @@ class ContextEngine:
         metadata: Mapping[str, Any] | None = None,
         lazy_max_depth: int = 10,
         lazy_max_items: int = 10_000,
+        after: str | None = None,
     ) -> None:
         _check_store(store)
         self._store = store
@@ -206,6 +210,13 @@ class ContextEngine:
         v.check_int(lazy_max_depth, "lazy_max_depth", minimum=1)
         v.check_int(lazy_max_items, "lazy_max_items", minimum=0)
         self._resolver = LazyResolver(max_depth=lazy_max_depth, max_items=lazy_max_items)
+        if after is not None:
+            if not isinstance(store, ConsistencyTokens):
+                raise InvalidInputError(
+                    f"after= needs a store that takes consistency tokens (a ContextStore), got "
+                    f"{v.type_name(store)}"
+                )
+            store.read_after(checked_chat, after)
         self._fragments: list[ContextFragment] = []
         self._pending: list[ContextFragment] = []
         self._turn: str | None = None
@@ -581,6 +592,10 @@ class ContextEngine:
             messages = self._pending_messages()
             result = await save_turn(self._conv, messages, branch=branch)
             self._pending.clear()
+            if isinstance(self._store, ConsistencyTokens):
+                token = self._store.consistency_token(self.chat_id)
+                if token is not None:
+                    result = result.model_copy(update={"consistency_token": token})
             return result
 
     # --- streaming turns ----------------------------------------------------------------------

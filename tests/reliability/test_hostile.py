@@ -1615,6 +1615,7 @@ WRONG: dict[str, tuple[object, ...]] = {
     "EngineStore": (None, "sqlite+aiosqlite://", 42),
     "Mapping[str, Any] | Any": (None, 42, "text", [1]),
     "str | URL | AsyncEngine": (None, 42, b"bytes"),
+    "Sequence[str | URL | AsyncEngine]": ("postgresql+asyncpg://h/db", 42, [42], [None]),
     "MigrateMode": (None, 1.5, ["auto"]),
     "float | None": ("3", True, [1.0]),
     "float": (None, "3", True, [1.0]),
@@ -1751,6 +1752,8 @@ STORE_BASELINES: dict[str, Baseline] = {
         "up_to": HEAD,
         "user_id": OWNER,
     },
+    "consistency_token": lambda w: {"chat_id": SEED},
+    "read_after": lambda w: {"chat_id": SEED, "token": "0/16B3748"},
 }
 
 ENGINE_BASELINES: dict[str, Baseline] = {
@@ -1761,6 +1764,7 @@ ENGINE_BASELINES: dict[str, Baseline] = {
         "metadata": None,
         "lazy_max_depth": 10,
         "lazy_max_items": 100,
+        "after": None,
     },
     "set": lambda w: {"fragments": [hint("x")]},
     "resolve": lambda w: {"renderer": XmlRenderer(), "window": None, "record": False},

@@ -117,5 +117,5 @@ async def _fast(
             return None  # existing messages are updated in place by the general path
         ids = [r.id for r in records]
         return await db.run(
-            "read", unit(_branches.refused, branch_id, chat_id, refused.reason, ids)
+            "read", unit(_branches.refused, branch_id, chat_id, refused.reason, ids), primary=True
         )

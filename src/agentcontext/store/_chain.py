@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, literal, select, text
 
+from agentcontext import _validate as v
 from agentcontext._gc import gc_paused
 from agentcontext.errors import InvalidGraphError
 from agentcontext.store import _rows
@@ -200,6 +201,25 @@ def load_records(
             make(row[0], row[1], row[6], row[2], row[3], decode_json(row[4]), decode_time(row[5]))
             for row in picked
         ]
+
+
+def check_load(
+    chat_id: object,
+    head_id: object,
+    head_depth: object,
+    chat_size: object,
+    stop_depth: object,
+    stop_at: object,
+    compacted: object,
+) -> None:
+    """The arguments of `ContextStore.load_chain_rows`, checked."""
+    v.check_id(chat_id, "chat_id")
+    v.check_id(head_id, "head_id")
+    v.check_optional_count(head_depth, "head_depth")
+    v.check_optional_count(chat_size, "chat_size")
+    v.check_count(stop_depth, "stop_depth")
+    v.check_optional_id(stop_at, "stop_at")
+    v.check_bool(compacted, "compacted")
 
 
 def load_rows(

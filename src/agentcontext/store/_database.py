@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar
 
-from sqlalchemy import Connection, event
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
@@ -50,10 +51,16 @@ from agentcontext.errors import (
 )
 from agentcontext.store._dialects import BEGIN_OPTION, Dialect, Mode
 
+if TYPE_CHECKING:
+    from agentcontext.store._replicas import Replicas
+
 __all__ = ["Database", "Transaction", "driver_threads", "settle_driver_threads", "unit"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
+
+_Note = Callable[[], Callable[[int | None], None]]
+"""Before the primary's position is read after a commit: returns what takes the answer."""
 
 
 def unit(
@@ -229,8 +236,11 @@ class Database:
         owns_engine: bool,
         prepare: Callable[[Database], Any],
         lock_timeout: float = 30.0,
+        replicas: Replicas | None = None,
     ) -> None:
         self.engine = engine
+        self.replicas = replicas
+        """The read replicas (``read_replicas=``), or None."""
         self.lock_timeout = lock_timeout
         """Longest a write waits for a chat held by an open transaction of this process."""
         self.dialect = dialect
@@ -320,6 +330,8 @@ class Database:
         *,
         idempotent: bool = False,
         chat: str | Collection[str] | None = None,
+        branch: str | None = None,
+        primary: bool = False,
     ) -> T:
         """Run ``unit(connection)`` as one unit of work and return its result.
 
@@ -333,32 +345,61 @@ class Database:
         transaction then holds them until it ends; a write outside waits for that (at most
         ``lock_timeout``, then `ChatBusyError`) instead of blocking on the database's locks,
         so the two never deadlock.
+
+        With read replicas, a read (``chat``: the chat(s) it reads, or ``branch``: a branch
+        of the chat) runs on a replica that has replayed this store's writes to them, unless
+        ``primary`` (a read that must see the latest commits of everyone, after a refused
+        compare-and-swap); writes note the primary's position after their commit.
         """
         loop = self._check_loop()
         self.check_open()
         if not self._ready:
             await self.initialize()
-        chats = (
-            ()
-            if chat is None or mode in ("read", "snapshot")
-            else ((chat,) if isinstance(chat, str) else tuple(chat))
-        )
+        named = () if chat is None else ((chat,) if isinstance(chat, str) else tuple(chat))
+        reading = mode in ("read", "snapshot")
+        chats = () if reading else named
         binding = _BOUND.get({}).get(id(self))
+        replicas = self.replicas
         if binding is not None:
             runner = self._run_bound(binding, mode, unit, chats)
+        elif replicas is not None and reading and not primary:
+            if not named and branch is not None:
+                found = replicas.chat_of(branch)
+                named = () if found is None else (found,)
+            runner = replicas.read(self, mode, unit, named)
         else:
             if chats and self._holds:
                 await self._wait_for_holds(chats)
-            runner = self._run_unit(mode, unit, idempotent)
+            note = (
+                None if replicas is None or reading else functools.partial(replicas.writing, chats)
+            )
+            runner = self._run_unit(mode, unit, idempotent, note)
         task = loop.create_task(runner)
         self._inflight.add(task)
         task.add_done_callback(self._finished)
         try:
-            return await asyncio.shield(task)
+            result = await asyncio.shield(task)
         except asyncio.CancelledError:
             # Let the unit settle first, so the caller never sees it land later.
             await asyncio.wait({task}, timeout=SETTLE_SECONDS)
+            if replicas is not None and not reading:
+                replicas.uncertain(chats)
             raise
+        except BaseException:
+            if replicas is not None and not reading:
+                replicas.uncertain(chats)  # a refused compare-and-swap: someone wrote there
+            raise
+        if replicas is not None:
+            replicas.learn(result)
+        return result
+
+    async def on_primary(self, mode: Mode, unit: Callable[[Connection], T]) -> T:
+        """``unit`` on the primary, from inside a running unit of work (the replicas')."""
+        return await self._run_unit(mode, unit, False)
+
+    def sync_read(self, engine: Engine, mode: Mode, unit: Callable[[Connection], T]) -> T:
+        """A read unit on another engine of the same database (a replica's), in the greenlet."""
+        return self._sync_unit(mode, unit, _UnitState(mode, False), engine)
 
     def transaction(self) -> Transaction | None:
         """The caller's transaction the current task's calls run in (``using``), or None."""
@@ -401,18 +442,24 @@ class Database:
         if not task.cancelled():
             task.exception()  # retrieved: a caller that stopped waiting is not told twice
 
-    async def _run_unit(self, mode: Mode, unit: Callable[[Connection], T], idempotent: bool) -> T:
+    async def _run_unit(
+        self,
+        mode: Mode,
+        unit: Callable[[Connection], T],
+        idempotent: bool,
+        note: _Note | None = None,
+    ) -> T:
         if self._all_lock is not None:
             await self._acquire_memory()
             try:
-                return await self._run_unit_locked(mode, unit, idempotent)
+                return await self._run_unit_locked(mode, unit, idempotent, note)
             finally:
                 self._all_lock.release()
         lock: AbstractAsyncContextManager[Any] = nullcontext()
         if mode in ("write", "atomic") and self._write_lock is not None:
             lock = self._write_lock
         async with lock:
-            return await self._run_unit_locked(mode, unit, idempotent)
+            return await self._run_unit_locked(mode, unit, idempotent, note)
 
     async def _acquire_memory(self) -> None:
         """Take the in-memory database's one connection, once no caller's transaction has it
@@ -435,12 +482,16 @@ class Database:
                 )
 
     async def _run_unit_locked(
-        self, mode: Mode, unit: Callable[[Connection], T], idempotent: bool
+        self,
+        mode: Mode,
+        unit: Callable[[Connection], T],
+        idempotent: bool,
+        note: _Note | None,
     ) -> T:
         for attempt in (0, 1):
             state = _UnitState(mode, idempotent)
             try:
-                return await greenlet_spawn(self._sync_unit, mode, unit, state)
+                return await greenlet_spawn(self._sync_unit, mode, unit, state, None, note)
             except ContextError:
                 raise
             except (SQLAlchemyError, OSError, TimeoutError) as exc:
@@ -448,8 +499,15 @@ class Database:
                     raise await self.failed(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _sync_unit(self, mode: Mode, unit: Callable[[Connection], T], state: _UnitState) -> T:
-        with self._sync_engine.connect() as conn:
+    def _sync_unit(
+        self,
+        mode: Mode,
+        unit: Callable[[Connection], T],
+        state: _UnitState,
+        engine: Engine | None = None,
+        note: _Note | None = None,
+    ) -> T:
+        with (engine or self._sync_engine).connect() as conn:
             self.dialect.prepare(conn, mode)
             if self._translate is not None:
                 conn.execution_options(schema_translate_map=self._translate)
@@ -461,6 +519,8 @@ class Database:
                     conn.commit()  # behind PgBouncer the statement ran in a transaction
                 # Otherwise it committed by itself; closing rolls back SQLAlchemy's empty
                 # transaction (no round trip on asyncpg) instead of resetting the connection.
+                if note is not None:
+                    self._note_position(conn, note)
                 return result
             transaction = conn.begin()
             try:
@@ -471,7 +531,18 @@ class Database:
                 raise
             state.committing = True
             transaction.commit()
+            if note is not None:
+                self._note_position(conn, note)
             return result
+
+    def _note_position(self, conn: Connection, note: _Note) -> None:
+        """Tell the replicas where the primary's log is after a commit (None: unknown)."""
+        done = note()
+        try:
+            position = self.dialect.write_position(conn)
+        except (SQLAlchemyError, OSError, TimeoutError):
+            position = None  # committed all the same; the next read asks the primary
+        done(position)
 
     async def _run_bound(
         self,
@@ -502,6 +573,8 @@ class Database:
                 if chats:
                     await self._wait_for_holds(chats, mine=transaction)
                     self._hold(chats, transaction)
+                if self.replicas is not None:
+                    transaction.on_end(self._committed_later(transaction, chats))
                 call = self._savepoint(unit)
             if self._translate is not None:
                 call = self._in_schema(call)
@@ -511,6 +584,15 @@ class Database:
                 raise
             except (SQLAlchemyError, OSError, TimeoutError) as exc:
                 raise await self.failed(exc) from exc
+
+    def _committed_later(
+        self, transaction: Transaction, chats: Collection[str]
+    ) -> Callable[[], None]:
+        def ended() -> None:
+            if self.replicas is not None and transaction.state == "committed":
+                self.replicas.uncertain(chats)
+
+        return ended
 
     def _in_schema(self, unit: Callable[[Connection], T]) -> Callable[[Connection], T]:
         """``unit`` on a caller's connection with the store's tables in its schema, the
@@ -540,14 +622,18 @@ class Database:
 
     # --- the caller's transaction -------------------------------------------------------------
 
-    @asynccontextmanager
-    async def using(self, connection: object) -> AsyncIterator[None]:
-        """Run this task's units on ``connection`` (in its transaction) inside the block."""
+    def using(self, connection: object) -> AbstractAsyncContextManager[None]:
+        """Run this task's units on ``connection`` (in its transaction) inside the block (a
+        connection of another type is refused at once, not on entering the block)."""
         if not isinstance(connection, AsyncConnection):
             raise InvalidTypeError(
                 "store.using() takes a SQLAlchemy AsyncConnection (from engine.connect() or "
                 f"engine.begin()), got {v.type_name(connection)}"
             )
+        return self._using(connection)
+
+    @asynccontextmanager
+    async def _using(self, connection: AsyncConnection) -> AsyncIterator[None]:
         self._check_loop()
         self.check_open()
         if connection.closed:
@@ -726,11 +812,15 @@ class Database:
             # The connections belong to another (maybe closed) loop: drop them unclosed.
             if self._owns_engine:
                 await self.engine.dispose(close=False)
+            if self.replicas is not None:
+                await self.replicas.close(close=False)
             return
         if self._inflight:
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
         if self._owns_engine:
             await self.engine.dispose()
+        if self.replicas is not None:
+            await self.replicas.close()
 
     # --- errors -------------------------------------------------------------------------------
 

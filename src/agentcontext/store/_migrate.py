@@ -18,7 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import CreateSchema
 
-from agentcontext.errors import SchemaOutdatedError
+from agentcontext import _validate as v
+from agentcontext.errors import InvalidInputError, InvalidTypeError, SchemaOutdatedError
 from agentcontext.store._dialects import BEGIN_OPTION, dialect_for
 from agentcontext.store._schema import VERSION_TABLE, Base
 
@@ -210,3 +211,12 @@ async def prepare_schema(db: Database, mode: MigrateMode) -> None:
                 "Upgrade agentcontext."
             ) from None
         raise await db.failed(exc) from exc
+
+
+def check_mode(migrate: object) -> MigrateMode:
+    """``migrate=`` of a store, checked."""
+    if not isinstance(migrate, (str, bool)):
+        raise InvalidTypeError(f"migrate must be 'auto' or False, got {v.type_name(migrate)}")
+    if migrate not in ("auto", True, False):
+        raise InvalidInputError(f"migrate must be 'auto' or False, got {migrate!r}")
+    return migrate  # type: ignore[return-value]

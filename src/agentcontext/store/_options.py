@@ -19,6 +19,7 @@ from agentcontext.store import _dialects
 from agentcontext.store._database import Database
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._memory import DEFAULT_CACHE_BYTES
+from agentcontext.store._replicas import Replica, Replicas, check_replicas
 
 __all__ = ["StoreOptions", "check_schema_name", "make_engine", "open_database"]
 
@@ -56,6 +57,14 @@ class StoreOptions:
     """PostgreSQL only: the schema that holds every table, index and the Alembic version table
     of this store (created when missing under ``migrate="auto"``); stores on different schemas
     of one database never see each other's data. One tenant per schema."""
+    read_replicas: tuple[Any, ...] = ()
+    """PostgreSQL only: streaming standbys (URLs, or AsyncEngines you own) that serve reads
+    once they have replayed this store's writes to the chat read; writes, compare-and-swap
+    and ``using()`` / ``begin()`` always run on the primary. Engines for URLs are made with
+    the same options as the primary's and disposed by ``close()``."""
+    replica_wait: float = 0.1
+    """PostgreSQL only: seconds a read waits for a replica to replay this store's writes
+    before the primary serves it (0: never wait)."""
     lock_timeout: float = 30.0
     """Seconds a write waits for a chat held by an uncommitted transaction of this process
     (``store.using()`` / ``store.begin()``) before it fails with `ChatBusyError`."""
@@ -110,6 +119,10 @@ class StoreOptions:
             "lock_timeout",
         ):
             _check_seconds(given.get(name), name)
+        if "read_replicas" in given:
+            given = {**given, "read_replicas": check_replicas(given["read_replicas"])}
+        if "replica_wait" in given:
+            _check_seconds(given["replica_wait"], "replica_wait", zero=True)
         if given.get("schema") is not None:
             check_schema_name(given["schema"])
         for name in ("pgbouncer", "echo"):
@@ -144,11 +157,13 @@ def _check_bounded_bytes(value: int) -> None:
         raise InvalidInputError(f"cache_bytes is {value}; give at most 2**50 bytes (or 0)")
 
 
-def _check_seconds(value: object, name: str) -> None:
-    if value is None:
+def _check_seconds(value: object, name: str, *, zero: bool = False) -> None:
+    if value is None and not zero:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidTypeError(f"{name} must be a number of seconds, got {v.type_name(value)}")
+    if zero and (not math.isfinite(value) or not 0 <= value <= 60):
+        raise InvalidInputError(f"{name} must be between 0 and 60 seconds, got {value!r}")
     if not math.isfinite(value) or value <= 0 or value > 86_400 * 365:
         raise InvalidInputError(f"{name} must be a positive number of seconds, got {value!r}")
 
@@ -185,7 +200,8 @@ def open_database(
     ready for the store), its dialect, and ``prepare``, run on its first use (the schema
     check or migration)."""
     if isinstance(url_or_engine, AsyncEngine):
-        refused = sorted(set(options.changed()) - {"pgbouncer", "lock_timeout", "cache_bytes"})
+        mine = {"pgbouncer", "lock_timeout", "read_replicas", "replica_wait", "cache_bytes"}
+        refused = sorted(set(options.changed()) - mine)
         if refused:
             raise InvalidInputError(
                 f"option(s) {', '.join(refused)} cannot be applied to an engine you "
@@ -213,7 +229,36 @@ def open_database(
         owns_engine=owns,
         prepare=prepare,
         lock_timeout=float(options.lock_timeout),
+        replicas=_replicas(options, dialect),
     )
+
+
+def _replicas(options: StoreOptions, dialect: Dialect) -> Replicas | None:
+    """The store's read replicas: engines made like the primary's for URLs, yours as given."""
+    if not options.read_replicas:
+        return None
+    replicas: list[Replica] = []
+    for item in options.read_replicas:
+        if isinstance(item, AsyncEngine):
+            if item.dialect.name != dialect.name:
+                raise InvalidInputError(
+                    f"read_replicas: an engine of a {item.dialect.name} database cannot be a "
+                    f"replica of a {dialect.title} database"
+                )
+            replicas.append(Replica(item, owned=False))
+            continue
+        try:
+            url = make_url(item)
+        except ArgumentError as exc:
+            raise InvalidInputError(f"cannot parse the read replica URL: {exc}") from None
+        engine, made = make_engine(url, options)
+        if made.name != dialect.name:
+            raise InvalidInputError(
+                f"read_replicas: a {made.title} database cannot be a replica of a "
+                f"{dialect.title} database"
+            )
+        replicas.append(Replica(engine, owned=True))
+    return Replicas(replicas, dialect, float(options.replica_wait))
 
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection
 
+from agentcontext import _validate as v
 from agentcontext.store import _chats, _rows, _text, _tokenizer
 from agentcontext.store._database import Database
 from agentcontext.store._dialects import Dialect
@@ -104,20 +105,22 @@ async def run(
     db: Database,
     scope: Literal["chat", "user"],
     scope_id: str,
-    query: str,
-    roles: list[str] | None,
-    limit: int,
+    query: object,
+    roles: object,
+    limit: object,
 ) -> list[SearchResult]:
     """A checked search: its tokens, then `search` in one read; an unknown chat (searched by
     chat) raises `ChatNotFoundError` rather than finding nothing."""
-    words = _tokenizer.query_tokens(query)
+    words = _tokenizer.query_tokens(v.check_text(query, "query"))
+    wanted = None if roles is None else v.check_str_list(roles, "roles")
+    most = v.check_count(limit, "limit", minimum=1, maximum=10_000)
 
     def read(conn: Connection) -> list[SearchResult]:
         hits: list[SearchResult] = []
-        if words and roles != []:
-            hits = search(conn, db.dialect, scope, scope_id, words, roles, limit)
+        if words and wanted != []:
+            hits = search(conn, db.dialect, scope, scope_id, words, wanted, most)
         if not hits and scope == "chat":
             _chats.require(conn, scope_id)
         return hits
 
-    return await db.run("read", read)
+    return await db.run("read", read, chat=scope_id if scope == "chat" else None)

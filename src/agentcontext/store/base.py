@@ -9,10 +9,12 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
+from agentcontext import _validate as v
 from agentcontext._validate import dumps
 from agentcontext.errors import ChatNotFoundError, InvalidGraphError, InvalidInputError
 from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store._memory import ChainMemory
+from agentcontext.store._replicas import parse_token
 from agentcontext.store.protocols import JoinedTransaction
 from agentcontext.store.records import (
     AppendResult,
@@ -96,6 +98,28 @@ class ContextStore(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+    # --- read replicas ----------------------------------------------------------------------
+
+    def consistency_token(self, chat_id: str) -> str | None:
+        """An opaque token naming every write this store committed to ``chat_id``, for
+        ``ContextEngine(..., after=token)`` in another process (`SaveResult.consistency_token`
+        carries it). None when the store has no read replicas (its reads always see its
+        writes), when it never wrote the chat, and until the commit of a caller's transaction
+        it wrote in (``using()``, ``begin()``) is confirmed by a later read of that chat."""
+        return None
+
+    def read_after(self, chat_id: str, token: str | None) -> None:
+        """Make this store's reads of ``chat_id`` see at least the writes ``token`` names (a
+        `consistency_token` of any store on the same database, None for nothing). A store
+        without read replicas checks the token and has nothing more to do.
+
+        Raises:
+            InvalidInputError: ``token`` is not a consistency token.
+        """
+        v.check_id(chat_id, "chat_id")
+        if token is not None:
+            parse_token(token)
 
     # --- chats ------------------------------------------------------------------------------
 

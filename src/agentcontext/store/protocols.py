@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BranchKeeper",
     "ChatReader",
+    "ConsistencyTokens",
     "ConversationStore",
     "EngineStore",
     "JoinedTransaction",
@@ -61,6 +62,14 @@ class JoinedTransaction(Protocol):
     def rolled_back(self) -> bool:
         """Whether it rolled back (everything the store wrote in it is gone)."""
         ...
+
+
+@runtime_checkable
+class ConsistencyTokens(Protocol):
+    """A store whose reads may lag its writes (read replicas) and that says how far."""
+
+    def consistency_token(self, chat_id: str) -> str | None: ...
+    def read_after(self, chat_id: str, token: str | None) -> None: ...
 
 
 class ChatReader(Protocol):

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
-from typing import Any, Literal, Never
+from typing import Any, Never
 
 from sqlalchemy import Select
 from sqlalchemy.engine import URL
@@ -46,6 +46,7 @@ from agentcontext.store._database import Database, Transaction, unit
 from agentcontext.store._memory import DEFAULT_CACHE_BYTES, ChainMemory
 from agentcontext.store._migrate import MigrateMode
 from agentcontext.store._options import StoreOptions, open_database
+from agentcontext.store._replicas import parse_token
 from agentcontext.store._schema import resolve_records as RR
 from agentcontext.store._schema import snapshots as SN
 from agentcontext.store.base import ContextStore
@@ -89,8 +90,9 @@ class SqlContextStore(ContextStore):
 
     The other options are keyword-only and typed: ``pool_size``, ``max_overflow``,
     ``pool_timeout``, ``pool_recycle``, ``connect_timeout``, ``command_timeout``,
-    ``pgbouncer``, ``sqlite_busy_timeout``, ``sqlite_synchronous``, ``schema``, ``lock_timeout``,
-    ``cache_bytes``, ``echo``, ``connect_args``, ``engine_options``.
+    ``pgbouncer``, ``sqlite_busy_timeout``, ``sqlite_synchronous``, ``schema``, ``read_replicas``,
+    ``replica_wait``, ``lock_timeout``, ``cache_bytes``, ``echo``, ``connect_args``,
+    ``engine_options``.
     The options are described in `StoreOptions`; an unknown one is an `InvalidInputError`.
 
     Use it as an async context manager, or call `initialize` and `close`:
@@ -119,6 +121,8 @@ class SqlContextStore(ContextStore):
         sqlite_busy_timeout: float = 30.0,
         sqlite_synchronous: str = "normal",
         schema: str | None = None,
+        read_replicas: Sequence[str | URL | AsyncEngine] = (),
+        replica_wait: float = 0.1,
         lock_timeout: float = 30.0,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         echo: bool = False,
@@ -131,11 +135,7 @@ class SqlContextStore(ContextStore):
         options = StoreOptions.of(
             {name: given[name] for name in StoreOptions.names()} | dict(unknown)
         )
-        if not isinstance(migrate, (str, bool)):
-            raise InvalidTypeError(f"migrate must be 'auto' or False, got {v.type_name(migrate)}")
-        if migrate not in ("auto", True, False):
-            raise InvalidInputError(f"migrate must be 'auto' or False, got {migrate!r}")
-        prepare = functools.partial(_migrate.prepare_schema, mode=migrate)
+        prepare = functools.partial(_migrate.prepare_schema, mode=_migrate.check_mode(migrate))
         self._memory = ChainMemory(options.cache_bytes)
         self._db = open_database(url_or_engine, options, prepare)
         self._dialect = self._db.dialect
@@ -207,12 +207,20 @@ class SqlContextStore(ContextStore):
             await context.save()
         ```
         """
-        if not isinstance(connection, AsyncConnection):
-            raise InvalidTypeError(
-                "store.using() takes a SQLAlchemy AsyncConnection (from engine.connect() or "
-                f"engine.begin()), got {v.type_name(connection)}"
-            )
         return self.db.using(connection)
+
+    def consistency_token(self, chat_id: str) -> str | None:
+        """See `ContextStore.consistency_token`: with read replicas, the primary's WAL position
+        (LSN) after this store's last commit to the chat."""
+        v.check_id(chat_id, "chat_id")
+        replicas = self.db.replicas
+        return None if replicas is None or self.db.bound else replicas.token(chat_id)
+
+    def read_after(self, chat_id: str, token: str | None) -> None:
+        v.check_id(chat_id, "chat_id")
+        position = None if token is None else parse_token(token)
+        if position is not None and self.db.replicas is not None:
+            self.db.replicas.told(chat_id, position)
 
     def current_transaction(self) -> Transaction | None:
         """The caller's transaction the current task's calls run in (``using()``), or None."""
@@ -258,7 +266,7 @@ class SqlContextStore(ContextStore):
 
     async def get_chat(self, chat_id: str) -> Chat | None:
         v.check_id(chat_id, "chat_id")
-        return await self.db.run("read", unit(_chats.get, chat_id))
+        return await self.db.run("read", unit(_chats.get, chat_id), chat=chat_id)
 
     async def update_chat(self, chat_id: str, updater: Callable[[Chat], ChatUpdate | None]) -> Chat:
         v.check_id(chat_id, "chat_id")
@@ -326,12 +334,15 @@ class SqlContextStore(ContextStore):
 
     async def get_messages(self, chat_id: str) -> list[MessageRecord]:
         v.check_id(chat_id, "chat_id")
-        return await self.db.run("snapshot", unit(_chain.active_records, self._dialect, chat_id))
+        read = unit(_chain.active_records, self._dialect, chat_id)
+        return await self.db.run("snapshot", read, chat=chat_id)
 
     async def get_changes(self, chat_id: str, since_version: int) -> list[MessageRecord]:
         v.check_id(chat_id, "chat_id")
         v.check_int64(since_version, "since_version", minimum=0)
-        return await self.db.run("read", unit(_messages.changes, chat_id, since_version))
+        return await self.db.run(
+            "read", unit(_messages.changes, chat_id, since_version), chat=chat_id
+        )
 
     async def has_children(self, message_id: str) -> bool:
         v.check_id(message_id, "message_id")
@@ -379,7 +390,7 @@ class SqlContextStore(ContextStore):
     async def get_branch(self, chat_id: str, name: str) -> Branch | None:
         v.check_id(chat_id, "chat_id")
         v.check_id(name, "branch name")
-        return await self.db.run("read", unit(_branches.get, chat_id, name))
+        return await self.db.run("read", unit(_branches.get, chat_id, name), chat=chat_id)
 
     async def get_branch_by_id(self, branch_id: str) -> Branch | None:
         v.check_id(branch_id, "branch_id")
@@ -387,11 +398,12 @@ class SqlContextStore(ContextStore):
 
     async def get_branch_state(self, branch_id: str) -> BranchState | None:
         v.check_id(branch_id, "branch_id")
-        return await self.db.run("read", unit(_branches.state, self._dialect, branch_id))
+        read = unit(_branches.state, self._dialect, branch_id)
+        return await self.db.run("read", read, branch=branch_id)
 
     async def get_active_branch(self, chat_id: str) -> Branch | None:
         v.check_id(chat_id, "chat_id")
-        return await self.db.run("read", unit(_branches.active, chat_id))
+        return await self.db.run("read", unit(_branches.active, chat_id), chat=chat_id)
 
     async def set_active_branch(self, chat_id: str, branch_id: str) -> Branch:
         v.check_id(chat_id, "chat_id")
@@ -447,7 +459,7 @@ class SqlContextStore(ContextStore):
 
     async def list_branches(self, chat_id: str) -> list[BranchInfo]:
         v.check_id(chat_id, "chat_id")
-        return await self.db.run("read", unit(_branches.list_infos, chat_id))
+        return await self.db.run("read", unit(_branches.list_infos, chat_id), chat=chat_id)
 
     async def rename_branch(self, chat_id: str, name: str, new_name: str) -> Branch:
         v.check_id(chat_id, "chat_id")
@@ -467,7 +479,8 @@ class SqlContextStore(ContextStore):
     async def open_chat(self, chat_id: str, *, user_id: str) -> ChatState:
         v.check_id(chat_id, "chat_id")
         v.check_id(user_id, "user_id")
-        state = await self.db.run("read", unit(_branches.chat_state, self._dialect, chat_id))
+        read = unit(_branches.chat_state, self._dialect, chat_id)
+        state = await self.db.run("read", read, chat=chat_id)
         if state is None:
             chat = _chats.checked_new(chat_id, user_id, None, None)
             opened = functools.partial(_branches.open_or_create, dialect=self._dialect)
@@ -485,18 +498,12 @@ class SqlContextStore(ContextStore):
         stop_at: str | None = None,
         compacted: bool = False,
     ) -> ChainRows:
-        v.check_id(chat_id, "chat_id")
-        v.check_id(head_id, "head_id")
-        v.check_optional_count(head_depth, "head_depth")
-        v.check_optional_count(chat_size, "chat_size")
-        v.check_count(stop_depth, "stop_depth")
-        v.check_optional_id(stop_at, "stop_at")
-        v.check_bool(compacted, "compacted")
+        _chain.check_load(chat_id, head_id, head_depth, chat_size, stop_depth, stop_at, compacted)
         read = unit(
             _chain.load_rows, self._dialect, chat_id, head_id, head_depth=head_depth,
             chat_size=chat_size, stop_depth=stop_depth, stop_at=stop_at, compacted=compacted,
         )  # fmt: skip
-        return await self.db.run("read", read)
+        return await self.db.run("read", read, chat=chat_id)
 
     # --- checkpoints ------------------------------------------------------------------------
 
@@ -513,11 +520,11 @@ class SqlContextStore(ContextStore):
     async def get_checkpoint(self, chat_id: str, name: str) -> Checkpoint | None:
         v.check_id(chat_id, "chat_id")
         v.check_id(name, "checkpoint name")
-        return await self.db.run("read", unit(_checkpoints.get, chat_id, name))
+        return await self.db.run("read", unit(_checkpoints.get, chat_id, name), chat=chat_id)
 
     async def list_checkpoints(self, chat_id: str) -> list[Checkpoint]:
         v.check_id(chat_id, "chat_id")
-        return await self.db.run("read", unit(_checkpoints.list_all, chat_id))
+        return await self.db.run("read", unit(_checkpoints.list_all, chat_id), chat=chat_id)
 
     async def delete_checkpoint(self, chat_id: str, name: str) -> bool:
         v.check_id(chat_id, "chat_id")
@@ -532,31 +539,18 @@ class SqlContextStore(ContextStore):
         self, chat_id: str, query: str, *, roles: Sequence[str] | None = None, limit: int = 20
     ) -> list[SearchResult]:
         v.check_id(chat_id, "chat_id")
-        return await self._search("chat", chat_id, query, roles, limit)
+        return await _search.run(self.db, "chat", chat_id, query, roles, limit)
 
     @telemetry.search("user")
     async def search_user_messages(
         self, user_id: str, query: str, *, roles: Sequence[str] | None = None, limit: int = 20
     ) -> list[SearchResult]:
         v.check_id(user_id, "user_id")
-        return await self._search("user", user_id, query, roles, limit)
-
-    async def _search(
-        self, scope: Literal["chat", "user"], scope_id: str, query: object, roles: object,
-        limit: object,
-    ) -> list[SearchResult]:  # fmt: skip
-        return await _search.run(
-            self.db,
-            scope,
-            scope_id,
-            v.check_text(query, "query"),
-            None if roles is None else v.check_str_list(roles, "roles"),
-            v.check_count(limit, "limit", minimum=1, maximum=10_000),
-        )
+        return await _search.run(self.db, "user", user_id, query, roles, limit)
 
     async def get_graph(self, chat_id: str) -> Graph:
         v.check_id(chat_id, "chat_id")
-        return await self.db.run("snapshot", unit(_graph.graph, chat_id))
+        return await self.db.run("snapshot", unit(_graph.graph, chat_id), chat=chat_id)
 
     async def _graph_outline(
         self, chat_id: str, *, fold: int = 6, keep: Sequence[str] = (),
@@ -572,7 +566,7 @@ class SqlContextStore(ContextStore):
             _pages.graph_outline, self._dialect, chat_id, fold=fold, keep=keep_ids,
             opened=opened_ids,
         )  # fmt: skip
-        return await self.db.run("snapshot", read)
+        return await self.db.run("snapshot", read, chat=chat_id)
 
     async def _chain_page(self, chat_id: str, end_id: str, *, limit: int) -> ChainPage:
         """See `ContextStore._chain_page`; one query that reads only the page."""
@@ -580,7 +574,7 @@ class SqlContextStore(ContextStore):
         v.check_id(end_id, "end_id")
         v.check_int(limit, "limit", minimum=1)
         read = unit(_pages.chain_page, self._dialect, chat_id, end_id, min(limit, 1_000_000))
-        return await self.db.run("snapshot", read)
+        return await self.db.run("snapshot", read, chat=chat_id)
 
     # --- blobs, snapshots, resolve records ---------------------------------------------------
 
@@ -623,7 +617,7 @@ class SqlContextStore(ContextStore):
 
     async def list_snapshots(self, chat_id: str) -> list[ContextSnapshot]:
         v.check_id(chat_id, "chat_id")
-        return await self.db.run("snapshot", unit(_snapshots.chat_snapshots, chat_id))
+        return await self.db.run("snapshot", unit(_snapshots.chat_snapshots, chat_id), chat=chat_id)
 
     async def create_resolve_record(
         self, chat_id: str, *, branch_id: str | None, branch_name: str | None,
@@ -644,7 +638,7 @@ class SqlContextStore(ContextStore):
 
     async def list_resolve_records(self, chat_id: str) -> list[ResolveRecord]:
         v.check_id(chat_id, "chat_id")
-        return await self.db.run("snapshot", unit(_snapshots.chat_records, chat_id))
+        return await self.db.run("snapshot", unit(_snapshots.chat_records, chat_id), chat=chat_id)
 
     async def collect_garbage(self) -> int:
         return await _snapshots.collect_garbage_retrying(self.db)
@@ -691,7 +685,7 @@ class SqlContextStore(ContextStore):
 
     async def export_chat(self, chat_id: str) -> ChatExport:
         v.check_id(chat_id, "chat_id")
-        return await self.db.run("snapshot", unit(_transfer.export_chat, chat_id))
+        return await self.db.run("snapshot", unit(_transfer.export_chat, chat_id), chat=chat_id)
 
     async def import_chat(self, export: ChatExport) -> None:
         checked, records, held = _transfer.check_export(export)

@@ -161,6 +161,18 @@ class Dialect(abc.ABC):
     def database_identity(self, conn: Connection) -> tuple[Any, ...]:
         """What tells the database ``conn`` reaches apart from any other database."""
 
+    # --- read replicas ------------------------------------------------------------------------
+
+    def write_position(self, conn: Connection) -> int | None:
+        """After a commit on ``conn``: a position in the primary's write-ahead log that a
+        replica having replayed has replayed that commit; None where there are no replicas."""
+        return None
+
+    def replay_position(self, conn: Connection) -> int | None:
+        """How far the replica ``conn`` reaches has replayed the primary's log; None when it
+        is not a replica."""
+        return None
+
     # --- values ------------------------------------------------------------------------------
 
     @abc.abstractmethod

@@ -103,6 +103,10 @@ chained below it, ``moved`` moves the head. An existing id breaks the unique ind
 statement fails too."""
 
 
+_WRITE_POSITION = "SELECT pg_current_wal_insert_lsn() - CAST('0/0' AS pg_lsn)"
+_REPLAY_POSITION = "SELECT pg_last_wal_replay_lsn() - CAST('0/0' AS pg_lsn)"
+"""WAL positions (LSNs) as byte offsets, compared as numbers."""
+
 _VARBIT = postgresql.BIT(varying=True)
 
 
@@ -112,7 +116,10 @@ class PostgresDialect(Dialect):
     name = "postgresql"
     title = "PostgreSQL"
     driver = "asyncpg"
-    options = frozenset({"connect_timeout", "command_timeout", "pgbouncer", "schema"})
+    options = frozenset(
+        {"connect_timeout", "command_timeout", "pgbouncer", "schema", "read_replicas",
+         "replica_wait"}
+    )  # fmt: skip
     append_chunk = 50_000  # arrays: one statement, however many rows
     exact_candidates = False
 
@@ -169,6 +176,21 @@ class PostgresDialect(Dialect):
             "FROM pg_database AS d WHERE d.datname = current_database()"
         ).one()
         return ("postgresql", row[0], int(row[1]), row[2].isoformat())
+
+    def write_position(self, conn: Connection) -> int | None:
+        # The insert position, not the write position: with synchronous_commit=off a commit
+        # has returned before its record is written, and only the insert position is past it.
+        if not self.pgbouncer and not conn.in_transaction():
+            # After a transaction's commit: one round trip, no BEGIN. (After a lone statement
+            # the connection is in autocommit already.)
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+        value = conn.exec_driver_sql(_WRITE_POSITION).scalar_one()
+        return None if value is None else int(value)
+
+    def replay_position(self, conn: Connection) -> int | None:
+        # NULL on a server that is not in recovery (not a standby).
+        value = conn.exec_driver_sql(_REPLAY_POSITION).scalar_one()
+        return None if value is None else int(value)
 
     def encode_time(self, moment: datetime) -> datetime:
         return moment.astimezone(UTC)

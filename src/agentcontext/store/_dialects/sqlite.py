@@ -209,6 +209,12 @@ class SqliteDialect(Dialect):
                 "schema= keeps a tenant's tables in a PostgreSQL schema; SQLite has none: give "
                 "each tenant a database file of its own (sqlite+aiosqlite:///tenants/acme.db)"
             )
+        if "read_replicas" in names or "replica_wait" in names:
+            return InvalidInputError(
+                "read_replicas= sends reads to PostgreSQL standbys; an SQLite database is one "
+                "file with no replicas: drop read_replicas=, or use PostgreSQL "
+                "(postgresql+asyncpg://...) with streaming standbys"
+            )
         return super().refuse(names, other)
 
     @classmethod

@@ -1,0 +1,376 @@
+"""Read replicas: reads served by streaming standbys without ever reading one's own writes stale.
+
+A store with ``read_replicas=[...]`` keeps, per chat, the primary's WAL position after the
+last write it committed to that chat (its *floor*). A read of a chat goes to a replica whose
+replayed position is at least that floor; positions only move forward, so a position seen once
+stays a safe lower bound and most reads ask no replica anything. A replica behind the floor is
+polled until ``replica_wait`` seconds have passed, then the primary serves. A replica that is
+down, fails a read or is not a standby is skipped for `RETRY_SECONDS`, with a warning on the
+``agentcontext`` logger (at most one per replica and `WARN_SECONDS`).
+
+What a read cannot tie to a chat waits for everything this store wrote. Writes whose position
+is unknown (a caller's transaction committed later, a failed or refused write, a position
+query that failed) make the next read of their chats ask the primary for its position first.
+Writes, compare-and-swap and everything inside ``store.using()`` / ``store.begin()`` run on the
+primary (`Database.run` decides; this module only serves reads).
+
+A consistency token is a position written as PostgreSQL writes an LSN (``"0/16B3748"``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable
+from typing import Any, Protocol, TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.util import greenlet_spawn
+
+from agentcontext import _validate as v
+from agentcontext.errors import ContextError, InvalidInputError, InvalidTypeError
+from agentcontext.store._dialects import Dialect, Mode
+from agentcontext.store.records import BranchState, ChatState
+
+__all__ = ["Replica", "Replicas", "format_token", "parse_token"]
+
+T = TypeVar("T")
+
+log = logging.getLogger("agentcontext")
+
+
+class Database(Protocol):
+    """What replicas need of the store's database object (`_database.Database`)."""
+
+    async def on_primary(self, mode: Mode, unit: Callable[[Connection], T]) -> T:
+        """``unit`` on the primary."""
+        ...
+
+    def sync_read(self, engine: Engine, mode: Mode, unit: Callable[[Connection], T]) -> T:
+        """A read unit on ``engine``, in SQLAlchemy's greenlet."""
+        ...
+
+
+RETRY_SECONDS = 5.0
+"""How long a replica that failed is left alone before it is tried again."""
+WARN_SECONDS = 30.0
+"""At most one warning per replica and reason in this many seconds."""
+MAX_CHATS = 100_000
+"""Chats whose floor is remembered one by one; older ones raise the floor of every read."""
+MAX_REPLICAS = 64
+
+_TOKEN = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
+
+
+def format_token(position: int) -> str:
+    """A WAL position as a consistency token (PostgreSQL's LSN text, ``"0/16B3748"``)."""
+    return f"{position >> 32:X}/{position & 0xFFFFFFFF:X}"
+
+
+def parse_token(token: object, name: str = "after") -> int:
+    """The WAL position of a consistency token, or `InvalidInputError` saying what to pass."""
+    if not isinstance(token, str):
+        raise InvalidTypeError(
+            f"{name} must be a consistency token (a str from SaveResult.consistency_token), "
+            f"got {v.type_name(token)}"
+        )
+    match = _TOKEN.fullmatch(token)
+    if match is None:
+        shown = token if len(token) <= 40 else token[:40] + "…"
+        raise InvalidInputError(
+            f"{name}={shown!r} is not a consistency token; pass SaveResult.consistency_token "
+            "exactly as a save returned it (like '0/16B3748')"
+        )
+    return (int(match.group(1), 16) << 32) | int(match.group(2), 16)
+
+
+class Replica:
+    """One read replica: its engine and what the store knows of it."""
+
+    __slots__ = (
+        "checked_at",
+        "down_until",
+        "engine",
+        "lock",
+        "name",
+        "owned",
+        "position",
+        "reads",
+        "sync_engine",
+        "warned",
+    )
+
+    def __init__(self, engine: AsyncEngine, *, owned: bool) -> None:
+        self.engine = engine
+        self.sync_engine: Engine = engine.sync_engine
+        self.owned = owned
+        self.name = engine.url.render_as_string(hide_password=True)
+        self.position = 0
+        """The highest replayed position seen (a lower bound of the replica's position now)."""
+        self.checked_at = float("-inf")
+        """When the query that gave `position` started (event loop time)."""
+        self.down_until = float("-inf")
+        self.reads = 0
+        """Reads this replica served."""
+        self.warned: dict[str, float] = {}
+        self.lock: asyncio.Lock | None = None
+
+
+class Replicas:
+    """The read replicas of one store and the floors of the chats it wrote."""
+
+    def __init__(self, replicas: list[Replica], dialect: Dialect, wait: float) -> None:
+        self.replicas = replicas
+        self.dialect = dialect
+        self.wait = wait
+        self.retry_seconds = RETRY_SECONDS
+        self.primary_reads = 0
+        """Reads the primary served although replicas were configured."""
+        self._floors: OrderedDict[str, int] = OrderedDict()
+        self._anon = 0
+        """Floor of every read: writes that named no chat, chats forgotten (`MAX_CHATS`)."""
+        self._top = 0
+        """Everything this store wrote or was told about: the floor of a read of no chat."""
+        self._pending: set[str] = set()
+        self._pending_anon = False
+        self._branches: OrderedDict[str, str] = OrderedDict()
+        """Branch id → chat id, learned from what the store read (a branch never moves)."""
+        self._next = 0
+
+    # --- what this store wrote ------------------------------------------------------------------
+
+    def wrote(self, chats: Collection[str], position: int | None) -> None:
+        """A write to ``chats`` (none: it named no chat) committed; the primary's position after
+        its commit, or None when that is unknown (the next read asks the primary)."""
+        if position is None:
+            self.uncertain(chats)
+            return
+        self._top = max(self._top, position)
+        if not chats:
+            self._anon = max(self._anon, position)
+        for chat_id in chats:
+            self._raise(chat_id, position)
+
+    def writing(self, chats: Collection[str]) -> Callable[[int | None], None]:
+        """Called before the primary is asked for its position after a commit to ``chats``;
+        the function returned takes the answer (`wrote`). Marks made before the question are
+        settled by its answer as well."""
+        marked, anon = set(self._pending), self._pending_anon
+
+        def done(position: int | None) -> None:
+            if position is not None:
+                self._settle(marked, anon, position)
+            self.wrote(chats, position)
+
+        return done
+
+    def _settle(self, marked: set[str], anon: bool, position: int) -> None:
+        """Pending marks made before ``position`` was read are floors at ``position``."""
+        self._pending.difference_update(marked)
+        if anon:
+            self._pending_anon = False
+            self.wrote((), position)
+        self.wrote(marked, position)
+
+    def uncertain(self, chats: Collection[str]) -> None:
+        """``chats`` (none: anything) may have changed on the primary after the floors known."""
+        if chats:
+            self._pending.update(chats)
+        else:
+            self._pending_anon = True
+
+    def told(self, chat_id: str, position: int) -> None:
+        """Reads of ``chat_id`` see what was committed at ``position`` (a token passed in)."""
+        self._top = max(self._top, position)
+        self._raise(chat_id, position)
+
+    def token(self, chat_id: str) -> str | None:
+        """The consistency token of the last write this store committed to ``chat_id``."""
+        if chat_id in self._pending or self._pending_anon:
+            return None
+        floor = max(self._floors.get(chat_id, 0), self._anon)
+        return format_token(floor) if floor else None
+
+    def learn(self, result: object) -> None:
+        """Note which chat a branch belongs to, from a state read."""
+        if isinstance(result, (BranchState, ChatState)):
+            branch = result.branch
+            self._branches[branch.id] = branch.chat_id
+            self._branches.move_to_end(branch.id)
+            if len(self._branches) > MAX_CHATS:
+                self._branches.popitem(last=False)
+
+    def chat_of(self, branch_id: str) -> str | None:
+        """The chat of a branch seen before, or None."""
+        return self._branches.get(branch_id)
+
+    def _raise(self, chat_id: str, position: int) -> None:
+        if self._floors.get(chat_id, 0) < position:
+            self._floors[chat_id] = position
+        self._floors.move_to_end(chat_id)
+        while len(self._floors) > MAX_CHATS:
+            _, forgotten = self._floors.popitem(last=False)
+            self._anon = max(self._anon, forgotten)
+
+    async def floor(self, db: Database, chats: Collection[str]) -> int:
+        """The position a replica must have replayed to serve a read of ``chats`` (none: a read
+        that names no chat)."""
+        wanted = self._pending_anon or (
+            bool(self._pending) and (not chats or not self._pending.isdisjoint(chats))
+        )
+        if wanted:
+            # Marked before this query starts, so its answer covers them.
+            marked, anon = set(self._pending), self._pending_anon
+            position = await db.on_primary("read", self.dialect.write_position)
+            if position is not None:
+                self._settle(marked, anon, position)
+        if not chats:
+            return self._top
+        return max([self._anon, *(self._floors.get(chat_id, 0) for chat_id in chats)])
+
+    # --- reads --------------------------------------------------------------------------------
+
+    async def read(
+        self,
+        db: Database,
+        mode: Mode,
+        unit: Callable[[Connection], T],
+        chats: Collection[str],
+    ) -> T:
+        """``unit`` on a replica that has replayed this store's writes to ``chats``, or on the
+        primary."""
+        floor = await self.floor(db, chats)
+        replica = await self._choose(floor)
+        if replica is not None:
+            try:
+                result: T = await greenlet_spawn(db.sync_read, replica.sync_engine, mode, unit)
+            except ContextError:
+                raise
+            except (SQLAlchemyError, OSError, TimeoutError) as exc:
+                self._skip(replica, "failed", f"a read failed ({_reason(exc)})")
+            else:
+                replica.reads += 1
+                return result
+        self.primary_reads += 1
+        return await db.on_primary(mode, unit)
+
+    async def _choose(self, floor: int) -> Replica | None:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        live = self._live(start)
+        for replica in live:
+            if replica.position >= floor:
+                return replica
+        deadline = start + self.wait
+        delay = 0.002
+        while live:
+            await asyncio.gather(*(self._refresh(replica) for replica in live))
+            now = loop.time()
+            live = self._live(now)
+            for replica in live:
+                if replica.position >= floor:
+                    return replica
+            if now >= deadline:
+                break
+            await asyncio.sleep(min(delay, deadline - now))
+            delay = min(delay * 2, 0.05)
+        for replica in live:
+            self._warn(
+                replica,
+                "lagging",
+                f"had not replayed position {format_token(floor)} after {self.wait:g} s "
+                f"(at {format_token(replica.position)})",
+            )
+        return None
+
+    def _live(self, now: float) -> list[Replica]:
+        """The replicas not skipped now, starting with the next in turn."""
+        count = len(self.replicas)
+        self._next = (self._next + 1) % count
+        turn = self.replicas[self._next :] + self.replicas[: self._next]
+        return [replica for replica in turn if replica.down_until <= now]
+
+    async def _refresh(self, replica: Replica) -> None:
+        """Ask ``replica`` how far it has replayed (once for every caller that asks meanwhile)."""
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
+        if replica.lock is None:
+            replica.lock = asyncio.Lock()
+        async with replica.lock:
+            if replica.checked_at >= asked or replica.down_until > asked:
+                return
+            started = loop.time()
+            try:
+                position = await greenlet_spawn(self._position, replica.sync_engine)
+            except ContextError:
+                raise
+            except (SQLAlchemyError, OSError, TimeoutError) as exc:
+                self._skip(replica, "down", f"cannot be reached ({_reason(exc)})")
+                return
+            if position is None:
+                self._skip(replica, "primary", "is not a standby in recovery")
+                return
+            replica.position = max(replica.position, position)
+            replica.checked_at = started
+
+    def _position(self, engine: Engine) -> int | None:
+        with engine.connect() as conn:
+            self.dialect.prepare(conn, "read")
+            return self.dialect.replay_position(conn)
+
+    def _skip(self, replica: Replica, kind: str, reason: str) -> None:
+        now = asyncio.get_running_loop().time()
+        replica.down_until = now + self.retry_seconds
+        self._warn(replica, kind, f"{reason}; skipped for {self.retry_seconds:g} s")
+
+    def _warn(self, replica: Replica, kind: str, reason: str) -> None:
+        now = asyncio.get_running_loop().time()
+        if now - replica.warned.get(kind, float("-inf")) < WARN_SECONDS:
+            return
+        replica.warned[kind] = now
+        log.warning(
+            "read replica %s %s; the primary serves its reads meanwhile", replica.name, reason
+        )
+
+    def stats(self) -> dict[str, Any]:
+        """Reads served by each replica (by URL) and by the primary."""
+        return {
+            "replicas": {replica.name: replica.reads for replica in self.replicas},
+            "primary": self.primary_reads,
+        }
+
+    async def close(self, *, close: bool = True) -> None:
+        """Dispose the engines the store made for its replicas."""
+        for replica in self.replicas:
+            if replica.owned:
+                await replica.engine.dispose(close=close)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return (text[0] if text else "") or type(exc).__name__
+
+
+def check_replicas(value: object) -> tuple[Any, ...]:
+    """``read_replicas`` as a tuple of URLs (str) and engines, or an error saying what to pass."""
+    from sqlalchemy.engine import URL
+
+    if isinstance(value, (str, bytes, URL, AsyncEngine)) or not isinstance(value, Iterable):
+        raise InvalidTypeError(
+            "read_replicas must be a list of replica URLs or AsyncEngines, got "
+            f"{v.type_name(value)}; write read_replicas=[url] for one"
+        )
+    items = tuple(value)
+    if len(items) > MAX_REPLICAS:
+        raise InvalidInputError(f"read_replicas has {len(items)} entries; at most {MAX_REPLICAS}")
+    for index, item in enumerate(items):
+        if not isinstance(item, (str, URL, AsyncEngine)):
+            raise InvalidTypeError(
+                f"read_replicas[{index}] must be a database URL or an AsyncEngine, got "
+                f"{v.type_name(item)}"
+            )
+    return items
