@@ -122,6 +122,11 @@ def decode_rows(rows: ChainRows, chat_id: str | None = None) -> list[Message]:
     return messages
 
 
+def _blank(text: str) -> bool:
+    """Whether ``text`` is empty or only whitespace (without copying it)."""
+    return not text or text.isspace()
+
+
 def _placeholders(messages: list[Message]) -> builtins.set[str]:
     """Ids of the empty assistant placeholders among ``messages``."""
     found: builtins.set[str] = builtins.set()
@@ -129,7 +134,8 @@ def _placeholders(messages: list[Message]) -> builtins.set[str]:
         if m.role == "assistant":
             parts = m.parts
             # Most replies start with a part that settles it (text with words, a tool call).
-            if parts and (not isinstance(parts[0], TextPart) or parts[0].text.strip()):
+            first = parts[0] if parts else None
+            if first is not None and (not isinstance(first, TextPart) or not _blank(first.text)):
                 continue
             if is_empty_assistant_placeholder(m):
                 found.add(m.id)
@@ -276,7 +282,7 @@ class ChainCache:
         loaded = self.loaded
         size = _OBJECT_BYTES * len(self.ids) + self.extra_bytes
         if loaded is not None:
-            size += sum(len(text) for text in loaded.data if text is not None) * 3 // 2
+            size += sum(map(len, filter(None, loaded.data))) * 3 // 2
         return ChainCopy(
             chat_key=chat_key,
             head=self.head,

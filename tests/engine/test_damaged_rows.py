@@ -60,7 +60,7 @@ def names_the_row(error: CorruptDataError, table: str, chat: str, row: str) -> N
 
 def sqlite_only(store_url: str) -> None:
     if not store_url.startswith("sqlite"):
-        pytest.skip("PostgreSQL's jsonb and timestamptz columns cannot hold such a value")
+        pytest.skip("PostgreSQL's json and timestamptz columns cannot hold such a value")
 
 
 @pytest.fixture

@@ -134,7 +134,11 @@ class JSONText(TypeDecorator[Any]):
 
 
 JSONDocument = JSON().with_variant(JSONB(), "postgresql").with_variant(JSONText(), "sqlite")
-"""JSON text on SQLite, JSONB on PostgreSQL."""
+"""JSON text on SQLite, JSONB on PostgreSQL (documents queried inside: chats' metadata)."""
+
+JSONMessage = JSON().with_variant(JSONText(), "sqlite")
+"""JSON text on SQLite, ``json`` on PostgreSQL: a message is written once and read whole, so
+it keeps the text the library wrote (``jsonb`` would be turned back into text on every read)."""
 
 
 class Base(DeclarativeBase):
@@ -191,7 +195,7 @@ class MessageRow(Base):
     depth: Mapped[int] = mapped_column(Integer)
     name: Mapped[str] = mapped_column(String(255))
     type: Mapped[str] = mapped_column(String(64))
-    data: Mapped[Any] = mapped_column(JSONDocument, nullable=True)
+    data: Mapped[Any] = mapped_column(JSONMessage, nullable=True)
     search_sig: Mapped[Any] = mapped_column(
         LargeBinary().with_variant(BIT(varying=True), "postgresql"), nullable=True
     )

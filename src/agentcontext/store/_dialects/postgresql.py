@@ -77,7 +77,7 @@ WITH touched AS (
     INSERT INTO messages (id, chat_id, parent_id, depth, name, type, data, search_sig,
                           created_at, version)
     SELECT r.id, :chat_id, r.parent_id, cur.head_depth + r.step, r.name, r.type,
-           CAST(r.data AS JSONB), CAST(r.sig AS BIT VARYING), r.created_at, touched.version
+           CAST(r.data AS JSON), CAST(r.sig AS BIT VARYING), r.created_at, touched.version
     FROM touched, cur, guard,
          unnest(CAST(:ids AS VARCHAR[]), CAST(:parents AS VARCHAR[]), CAST(:names AS VARCHAR[]),
                 CAST(:types AS VARCHAR[]), CAST(:datas AS TEXT[]), CAST(:sigs AS TEXT[]),
