@@ -172,7 +172,7 @@ async def measure(url: str, size: int, args: argparse.Namespace) -> dict[str, tu
         # clicking "older" would.
         end, remaining = main.head_message_id, main_len - main_len // 10
         while remaining > 0:
-            chunk = await store._chain_page(CHAT, end, limit=min(remaining, 5_000))
+            chunk = await store.chain_page(CHAT, end, limit=min(remaining, 5_000))
             end = chunk.messages[0].id
             remaining -= len(chunk.messages)
         old_end = end

@@ -135,6 +135,7 @@ if TYPE_CHECKING:
     from agentcontext.snapshots import snapshot_fragment as snapshot_fragment
     from agentcontext.store import Branch as Branch
     from agentcontext.store import BranchInfo as BranchInfo
+    from agentcontext.store import ChainPage as ChainPage
     from agentcontext.store import Chat as Chat
     from agentcontext.store import ChatExport as ChatExport
     from agentcontext.store import ChatInfo as ChatInfo
@@ -142,8 +143,10 @@ if TYPE_CHECKING:
     from agentcontext.store import Checkpoint as Checkpoint
     from agentcontext.store import ContextStore as ContextStore
     from agentcontext.store import ErasureReport as ErasureReport
+    from agentcontext.store import Fold as Fold
     from agentcontext.store import Graph as Graph
     from agentcontext.store import GraphNode as GraphNode
+    from agentcontext.store import GraphOutline as GraphOutline
     from agentcontext.store import InMemoryContextStore as InMemoryContextStore
     from agentcontext.store import MessageRecord as MessageRecord
     from agentcontext.store import PruneReport as PruneReport

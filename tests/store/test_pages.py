@@ -32,21 +32,21 @@ async def _linear(store: SqlContextStore, chat_id: str, count: int) -> list[Mess
 
 async def test_a_chain_page_is_the_end_of_the_chain_root_first(store: SqlContextStore) -> None:
     records = await _linear(store, "c", 25)
-    page = await store._chain_page("c", records[-1].id, limit=10)
+    page = await store.chain_page("c", records[-1].id, limit=10)
     assert [m.id for m in page.messages] == [r.id for r in records[-10:]]
     assert page.depths == list(range(16, 26))
     assert page.older
-    older = await store._chain_page("c", page.messages[0].parent_id or "", limit=10)
+    older = await store.chain_page("c", page.messages[0].parent_id or "", limit=10)
     assert [m.id for m in older.messages] == [r.id for r in records[5:15]]
-    first = await store._chain_page("c", records[4].id, limit=10)
+    first = await store.chain_page("c", records[4].id, limit=10)
     assert [m.id for m in first.messages] == [r.id for r in records[:5]]
     assert first.depths == [1, 2, 3, 4, 5] and not first.older
     assert first.messages[0].data == records[0].data
-    assert (await store._chain_page("c", "nope", limit=10)).messages == []
+    assert (await store.chain_page("c", "nope", limit=10)).messages == []
     await _linear(store, "other", 3)
-    assert (await store._chain_page("c", "other-2", limit=10)).messages == []
+    assert (await store.chain_page("c", "other-2", limit=10)).messages == []
     with pytest.raises(InvalidInputError):
-        await store._chain_page("c", records[0].id, limit=0)
+        await store.chain_page("c", records[0].id, limit=0)
 
 
 _CHATS = itertools.count()
@@ -104,10 +104,10 @@ async def test_the_sql_outline_equals_the_one_from_the_whole_graph(
     rng = random.Random(seed)
     keep = [rng.choice(graph.nodes).id] if rng.random() < 0.3 else []
     expected = outline_of(graph, fold=fold, keep=keep)
-    assert await store._graph_outline(chat_id, fold=fold, keep=keep) == expected
+    assert await store.graph_outline(chat_id, fold=fold, keep=keep) == expected
     if expected.folds:
         opened = [expected.folds[0].first_id]
-        assert await store._graph_outline(chat_id, fold=fold, opened=opened) == outline_of(
+        assert await store.graph_outline(chat_id, fold=fold, opened=opened) == outline_of(
             graph, fold=fold, opened=opened
         )
 
@@ -129,20 +129,20 @@ async def test_the_viewer_draws_the_outline_as_it_draws_the_whole_graph(
     selected = rng.choice(graph.nodes).id if rng.random() < 0.3 else None
     keep = [selected] if selected else []
     whole = layout_graph(graph, selected=selected)
-    outline = await store._graph_outline(chat_id, fold=FOLD_MIN, keep=keep)
+    outline = await store.graph_outline(chat_id, fold=FOLD_MIN, keep=keep)
     drawn = layout_graph(outline, selected=selected)
     assert render_svg(drawn, chat_id=chat_id, selected=selected) == render_svg(
         whole, chat_id=chat_id, selected=selected
     )
     # The CLI's tree and chart too: from the outline exactly as from the whole graph.
-    plain = await store._graph_outline(chat_id, fold=DEFAULT_FOLD)
+    plain = await store.graph_outline(chat_id, fold=DEFAULT_FOLD)
     assert visualize_graph(plain) == visualize_graph(graph)
     assert visualize_graph(plain, depth=1) == visualize_graph(graph, depth=1)
     assert graph_to_mermaid(plain) == graph_to_mermaid(graph)
     runs = [row.node.id for row in whole.rows if row.kind == "fold"]
     if runs:
         opened = [runs[0]]
-        outline = await store._graph_outline(chat_id, fold=FOLD_MIN, keep=keep, opened=opened)
+        outline = await store.graph_outline(chat_id, fold=FOLD_MIN, keep=keep, opened=opened)
         assert render_svg(
             layout_graph(outline, opened=opened, selected=selected),
             chat_id=chat_id,
@@ -159,10 +159,10 @@ async def test_the_viewer_draws_the_outline_as_it_draws_the_whole_graph(
 async def test_a_long_chat_outline_reads_only_what_is_drawn(store: SqlContextStore) -> None:
     records = await _linear(store, "long", 2_000)
     await store.fork_branch("long", "main", head_message_id=records[999].id, activate=False)
-    outline = await store._graph_outline("long")
+    outline = await store.graph_outline("long")
     assert outline.message_count == 2_000
     # Drawn: the root, the fork, each run's first and last message, the head.
     assert len(outline.nodes) <= 8
     assert sorted(f.count for f in outline.folds) == [998, 999]
     with pytest.raises(ChatNotFoundError):
-        await store._graph_outline("missing")
+        await store.graph_outline("missing")

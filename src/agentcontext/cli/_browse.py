@@ -321,7 +321,7 @@ async def _graph(store: SqlContextStore, args: argparse.Namespace) -> Graph | Gr
     """What a tree or chart needs: the outline the store folds (a long chat is never loaded
     whole), or the whole graph when every message may be drawn (--fold 0 or 1, --last)."""
     if args.last is None and args.fold >= 2:
-        return await store._graph_outline(args.chat, fold=args.fold)
+        return await store.graph_outline(args.chat, fold=args.fold)
     return await store.get_graph(args.chat)
 
 

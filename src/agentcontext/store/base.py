@@ -45,7 +45,7 @@ __all__ = ["ContextStore", "outline_of"]
 def outline_of(
     graph: Graph, *, fold: int, keep: Sequence[str] = (), opened: Sequence[str] = ()
 ) -> GraphOutline:
-    """`ContextStore._graph_outline` computed from a whole graph."""
+    """`ContextStore.graph_outline` computed from a whole graph."""
     from agentcontext.store._pages import fold_runs
 
     marked = {b.head_message_id for b in graph.branches if b.head_message_id is not None}
@@ -390,9 +390,9 @@ class ContextStore(abc.ABC):
     async def get_graph(self, chat_id: str) -> Graph:
         """Every message, branch and checkpoint of the chat."""
 
-    # --- package-internal reads for viewers (the web viewer and the CLI) ---------------------
+    # --- reads for viewers of long chats (the web viewer and the CLI use them) ----------------
 
-    async def _graph_outline(
+    async def graph_outline(
         self,
         chat_id: str,
         *,
@@ -414,7 +414,7 @@ class ContextStore(abc.ABC):
         graph = await self.get_graph(chat_id)
         return outline_of(graph, fold=fold, keep=keep, opened=opened)
 
-    async def _chain_page(self, chat_id: str, end_id: str, *, limit: int) -> ChainPage:
+    async def chain_page(self, chat_id: str, end_id: str, *, limit: int) -> ChainPage:
         """At most ``limit`` messages of the chain ending at ``end_id``, root first, with their
         positions; an id that is not a message of the chat gives an empty page.
 

@@ -234,7 +234,7 @@ class GraphNode(_Record):
 
 
 class ChainPage(_Record):
-    """A page of a chain (`ContextStore._chain_page`): at most ``limit`` messages ending
+    """A page of a chain (`ContextStore.chain_page`): at most ``limit`` messages ending
     at the message asked for, root first."""
 
     messages: list[MessageRecord]
@@ -266,7 +266,7 @@ class Fold(_Record):
 
 
 class GraphOutline(_Record):
-    """A chat's graph with its long linear runs folded (`ContextStore._graph_outline`).
+    """A chat's graph with its long linear runs folded (`ContextStore.graph_outline`).
 
     ``nodes`` holds every message that is drawn, and each fold's first and last message;
     ``message_count`` counts every message of the chat.

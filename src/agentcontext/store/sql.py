@@ -552,24 +552,23 @@ class SqlContextStore(ContextStore):
         v.check_id(chat_id, "chat_id")
         return await self.db.run("snapshot", unit(_graph.graph, chat_id), chat=chat_id)
 
-    async def _graph_outline(
+    async def graph_outline(
         self, chat_id: str, *, fold: int = 6, keep: Sequence[str] = (),
         opened: Sequence[str] = (),
     ) -> GraphOutline:  # fmt: skip
-        """See `ContextStore._graph_outline`; summarised in SQL: the rows read and decoded
+        """See `ContextStore.graph_outline`; summarised in SQL: the rows read and decoded
         grow with what is drawn, not with the chat."""
         v.check_id(chat_id, "chat_id")
         v.check_int(fold, "fold", minimum=2)
-        keep_ids = [v.check_id(item, "keep") for item in keep]
-        opened_ids = [v.check_id(item, "opened") for item in opened]
+        keep_ids, opened_ids = v.check_str_list(keep, "keep"), v.check_str_list(opened, "opened")
         read = unit(
             _pages.graph_outline, self._dialect, chat_id, fold=fold, keep=keep_ids,
             opened=opened_ids,
         )  # fmt: skip
         return await self.db.run("snapshot", read, chat=chat_id)
 
-    async def _chain_page(self, chat_id: str, end_id: str, *, limit: int) -> ChainPage:
-        """See `ContextStore._chain_page`; one query that reads only the page."""
+    async def chain_page(self, chat_id: str, end_id: str, *, limit: int) -> ChainPage:
+        """See `ContextStore.chain_page`; one query that reads only the page."""
         v.check_id(chat_id, "chat_id")
         v.check_id(end_id, "end_id")
         v.check_int(limit, "limit", minimum=1)

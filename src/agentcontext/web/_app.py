@@ -415,7 +415,7 @@ class _Viewer:
         """The chat's graph with long runs folded, read for what the page draws only."""
         valid = [o for o in opened if len(o) <= MAX_ID_LENGTH][:MAX_OPENED]
         keep = [selected] if selected is not None and len(selected) <= MAX_ID_LENGTH else []
-        return await self.store._graph_outline(chat.id, fold=FOLD_MIN, keep=keep, opened=valid)
+        return await self.store.graph_outline(chat.id, fold=FOLD_MIN, keep=keep, opened=valid)
 
     async def _closers(self, chat: Chat, opened: list[str], selected: str | None) -> str:
         links = []
@@ -483,7 +483,7 @@ class _Viewer:
         if end is None:
             chunk = None
         else:
-            chunk = await self.store._chain_page(chat.id, end, limit=TRANSCRIPT_PAGE)
+            chunk = await self.store.chain_page(chat.id, end, limit=TRANSCRIPT_PAGE)
             if not chunk.messages:
                 raise _NotFound(f"there is no message {end!r} in this chat")
         turns = []

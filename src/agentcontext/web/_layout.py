@@ -84,7 +84,7 @@ def layout_graph(
 
     Args:
         graph: The chat's graph (`ContextStore.get_graph`), or its outline with the long
-            runs already folded (`ContextStore._graph_outline`, which reads only what is
+            runs already folded (`ContextStore.graph_outline`, which reads only what is
             drawn).
         opened: Ids of runs (their first message) to show unfolded.
         selected: A message to keep visible (its run is opened).
