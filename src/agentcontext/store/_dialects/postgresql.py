@@ -55,7 +55,7 @@ from agentcontext.store._dialects.base import (
 from agentcontext.store._schema import chats as C
 from agentcontext.store._schema import messages as M
 
-__all__ = ["PostgresDialect", "unique_statement_name"]
+__all__ = ["PostgresDialect", "hashes_text", "unique_statement_name"]
 
 _TRUE = ("1", "true", "yes", "on")
 _MIGRATION_LOCK_KEY = 0x61676E7463747800 >> 8  # "agntctx", fits a signed bigint
@@ -78,13 +78,12 @@ WITH touched AS (
     INSERT INTO messages (id, chat_id, parent_id, depth, name, type, data, search_hashes,
                           created_at, version)
     SELECT r.id, :chat_id, r.parent_id, cur.head_depth + r.step, r.name, r.type,
-           CAST(r.data AS JSONB), (CAST(:hashes AS INT4[]))[r.lo:r.hi], r.created_at,
-           touched.version
+           CAST(r.data AS JSONB), CAST(r.hashes AS INT4[]), r.created_at, touched.version
     FROM touched, cur, guard,
          unnest(CAST(:ids AS VARCHAR[]), CAST(:parents AS VARCHAR[]), CAST(:names AS VARCHAR[]),
-                CAST(:types AS VARCHAR[]), CAST(:datas AS TEXT[]), CAST(:los AS INT4[]),
-                CAST(:his AS INT4[]), CAST(:created AS TIMESTAMPTZ[]))
-           WITH ORDINALITY AS r(id, parent_id, name, type, data, lo, hi, created_at, step)
+                CAST(:types AS VARCHAR[]), CAST(:datas AS TEXT[]), CAST(:hashes AS TEXT[]),
+                CAST(:created AS TIMESTAMPTZ[]))
+           WITH ORDINALITY AS r(id, parent_id, name, type, data, hashes, created_at, step)
     WHERE guard.ok = 1
     RETURNING 1
 ), moved AS (
@@ -101,9 +100,9 @@ parts, and with it the lock order every writer follows (the chat row, then the b
 ``touched`` locks the chat and bumps its version and message count, ``cur`` locks the branch
 and reads its head and the head's depth, ``guard`` fails the whole statement (division by
 zero, nothing applied) when the head is not the expected one, ``ins`` inserts the messages
-chained below it, ``moved`` moves the head. The token hashes of all rows come as one flat
-array, each row's its slice ``lo`` to ``hi`` (NULL bounds give NULL: no token). An existing
-id breaks the unique index: the statement fails too."""
+chained below it, ``moved`` moves the head. An existing id breaks the unique index: the
+statement fails too. Each row's token hashes come as the text of an ``int4[]`` (`hashes_text`),
+cast per row: cheaper, in Python and in the server, than slicing one flat array."""
 
 
 _WRITE_POSITION = "SELECT pg_current_wal_insert_lsn() - CAST('0/0' AS pg_lsn)"
@@ -242,18 +241,6 @@ class PostgresDialect(Dialect):
         touched_at: datetime,
         report_version: bool = True,
     ) -> int | None:
-        hashes: list[int] = []
-        los: list[int | None] = []
-        his: list[int | None] = []
-        for row in rows:
-            own = _tokenizer.token_hashes(row.tokens)
-            if own:
-                los.append(len(hashes) + 1)
-                hashes += own
-                his.append(len(hashes))
-            else:
-                los.append(None)
-                his.append(None)
         params = {
             "touched_at": touched_at,
             "bump": 1 if first else 0,
@@ -267,9 +254,7 @@ class PostgresDialect(Dialect):
             "names": [row.name for row in rows],
             "types": [row.type for row in rows],
             "datas": ["null" if row.data is None else row.data for row in rows],
-            "hashes": hashes,
-            "los": los,
-            "his": his,
+            "hashes": [hashes_text(row.tokens) for row in rows],
             "created": [row.created_at for row in rows],
         }
         try:
@@ -349,6 +334,13 @@ class PostgresDialect(Dialect):
                 "first use, or run: agentcontext migrate upgrade)"
             )
         return None
+
+
+def hashes_text(tokens: Sequence[str]) -> str | None:
+    """The token hashes of a message as PostgreSQL ``int4[]`` input (``{-5,17}``; None for no
+    token): a bound value, cast to ``int4[]`` by the statement."""
+    hashes = _tokenizer.token_hashes(tokens)
+    return "{" + repr(hashes)[1:-1] + "}" if hashes else None
 
 
 def _qualified(sql: str, schema: str) -> Any:
