@@ -105,6 +105,8 @@ statement fails too. Each row's token hashes come as the text of an ``int4[]`` (
 cast per row: cheaper, in Python and in the server, than slicing one flat array."""
 
 
+_CUSTOM_PLANS = text("SELECT set_config('plan_cache_mode', 'force_custom_plan', true)")
+
 _WRITE_POSITION = "SELECT pg_current_wal_insert_lsn() - CAST('0/0' AS pg_lsn)"
 _REPLAY_POSITION = "SELECT pg_last_wal_replay_lsn() - CAST('0/0' AS pg_lsn)"
 """WAL positions (LSNs) as byte offsets, compared as numbers."""
@@ -299,6 +301,16 @@ class PostgresDialect(Dialect):
 
     def search_params(self, query: Sequence[str]) -> dict[str, Any]:
         return {"query_hashes": _tokenizer.token_hashes(query)}
+
+    search_mode = "snapshot"  # a transaction, for the setting below
+
+    def prepare_search(self, conn: Connection) -> None:
+        # The best plan depends on the words: a rare one is found through the GIN index, a
+        # common one by reading the scope newest first until enough rows match. A prepared
+        # statement run many times gets a generic plan, made without the values, which walks
+        # the scope newest first whatever the words: a rare word then reads the whole chat.
+        # So the search's statements are planned for their values (for this transaction).
+        conn.execute(_CUSTOM_PLANS)
 
     def take_migration_lock(self, connection: Connection) -> None:
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
