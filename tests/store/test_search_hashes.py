@@ -175,3 +175,22 @@ async def test_revision_0007_fills_the_hashes_and_its_downgrade_the_signatures(
         after = {q: await store.search_messages("big", q) for q in before}
         assert after == before
         assert [r.message.id for r in after["alpha"]] == ["m0", "m3"]
+
+
+async def test_a_search_plans_for_its_values_in_its_own_transaction_only(pg_url: str) -> None:
+    async with SqlContextStore(pg_url) as store:
+        db = store.db
+        show = text("SELECT current_setting('plan_cache_mode')")
+
+        def inside(conn: Connection) -> str:
+            db.dialect.prepare_search(conn)
+            return str(conn.execute(show).scalar_one())
+
+        def after(conn: Connection) -> str:
+            return str(conn.execute(show).scalar_one())
+
+        assert db.dialect.search_mode == "snapshot"
+        assert await db.run(db.dialect.search_mode, inside) == "force_custom_plan"
+        # The setting ends with the search's transaction: the pooled connection is as before.
+        for _ in range(3):
+            assert await db.run("read", after) == "auto"
