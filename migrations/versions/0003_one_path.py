@@ -24,7 +24,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 from agentcontext._validate import loads
-from agentcontext.store._dialects.postgresql import signature as _signature
+from agentcontext.store._signatures import signature as _signature
 from agentcontext.store._text import search_text
 from agentcontext.store._tokenizer import tokens
 
@@ -156,7 +156,10 @@ def upgrade() -> None:
     op.add_column("messages", sa.Column("search_sig", postgresql.BIT(varying=True), nullable=True))
     for batch in _rows(connection):
         connection.execute(
-            sa.text("UPDATE messages SET search_sig = CAST(:sig AS BIT VARYING) WHERE seq = :seq"),
+            sa.text(
+                "UPDATE messages SET search_sig = CAST(CAST(:sig AS TEXT) AS BIT VARYING) "
+                "WHERE seq = :seq"
+            ),
             [{"seq": seq, "sig": _signature(_tokens(data))} for seq, data in batch],
         )
 

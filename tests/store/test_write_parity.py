@@ -61,7 +61,7 @@ async def picture(store: SqlContextStore, chat: str, words: set[str]) -> dict[st
         ).one()
         columns = [M.c.id, M.c.parent_id, M.c.depth, M.c.version, M.c.name, M.c.type, M.c.data]
         if store.dialect_name == "postgresql":
-            columns.append(M.c.search_sig)
+            columns.append(M.c.search_hashes)
         rows = (
             await conn.execute(select(*columns).where(M.c.chat_id == chat).order_by(M.c.seq))
         ).all()

@@ -21,14 +21,14 @@ from sqlalchemy.schema import CreateSchema
 from agentcontext import _validate as v
 from agentcontext.errors import InvalidInputError, InvalidTypeError, SchemaOutdatedError
 from agentcontext.store._dialects import BEGIN_OPTION, dialect_for
-from agentcontext.store._schema import VERSION_TABLE, Base
+from agentcontext.store._schema import SEARCH_HASHES_INDEX, VERSION_TABLE, Base
 
 if TYPE_CHECKING:
     from alembic.config import Config
 
     from agentcontext.store._database import Database
 
-HEAD_REVISION = "0007"
+HEAD_REVISION = "0008"
 """The newest revision of the packaged migrations (a test checks it against Alembic's)."""
 
 MigrateMode = Literal["auto"] | bool
@@ -70,10 +70,13 @@ def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
     """Only agentcontext's own tables take part in autogenerate comparisons.
 
     The FTS5 shadow tables, the version table and any table of the application sharing the
-    database are left alone.
+    database are left alone, and so is PostgreSQL's GIN index of search hashes, which the
+    models leave to the migrations (a model's index would be made on SQLite too).
     """
     if type_ == "table":
         return name in Base.metadata.tables
+    if type_ == "index":
+        return name != SEARCH_HASHES_INDEX
     return True
 
 

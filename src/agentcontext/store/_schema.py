@@ -3,7 +3,9 @@
 Two SQLite objects SQLAlchemy cannot model are created by the migrations only: the
 contentless FTS5 table ``messages_fts`` (the search tokens of each message, by ``seq``) and
 the view ``message_appends`` whose ``INSTEAD OF INSERT`` trigger appends messages and moves a
-branch head in one statement (see ``migrations/versions/0003_one_path.py``).
+branch head in one statement (see ``migrations/versions/0003_one_path.py``). So is one
+PostgreSQL index, the GIN index `SEARCH_HASHES_INDEX` on ``messages.search_hashes``
+(``migrations/versions/0007_search_hashes.py``): a model's index would exist on SQLite too.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from sqlalchemy import (
     false,
     text,
 )
-from sqlalchemy.dialects.postgresql import BIT, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
@@ -37,6 +39,7 @@ from agentcontext._validate import dumps, loads
 from agentcontext.store._rows import damaged_json, damaged_time
 
 __all__ = [
+    "SEARCH_HASHES_INDEX",
     "VERSION_TABLE",
     "Base",
     "BlobRow",
@@ -53,6 +56,9 @@ __all__ = [
 
 VERSION_TABLE = "agentcontext_version"
 """Alembic's version table, named so it never clashes with an application's own Alembic."""
+
+SEARCH_HASHES_INDEX = "ix_messages_search_hashes"
+"""PostgreSQL's GIN index on ``messages.search_hashes`` (made by the migrations only)."""
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -178,8 +184,9 @@ class MessageRow(Base):
     ``seq`` is an internal surrogate key (the SQLite rowid the FTS index points at, and a
     stable insertion order). ``depth`` is the length of the chain ending at this message
     (a root has depth 1): it bounds chain walks and makes branch lengths free to read.
-    ``search_sig`` is, on PostgreSQL, a bloom signature of the message's search tokens
-    (see ``_tokenizer``); SQLite keeps the tokens in its FTS5 table instead and leaves it
+    ``search_hashes`` is, on PostgreSQL, the ascending distinct 32-bit hashes of the message's
+    search tokens (``_tokenizer.token_hashes``; NULL for none) under the GIN index
+    `SEARCH_HASHES_INDEX`; SQLite keeps the tokens in its FTS5 table instead and leaves it
     NULL. ``version`` lets an engine that holds a chain in memory fetch only what changed
     since it last looked.
     """
@@ -196,8 +203,8 @@ class MessageRow(Base):
     name: Mapped[str] = mapped_column(String(255))
     type: Mapped[str] = mapped_column(String(64))
     data: Mapped[Any] = mapped_column(JSONMessage, nullable=True)
-    search_sig: Mapped[Any] = mapped_column(
-        LargeBinary().with_variant(BIT(varying=True), "postgresql"), nullable=True
+    search_hashes: Mapped[Any] = mapped_column(
+        LargeBinary().with_variant(ARRAY(Integer()), "postgresql"), nullable=True
     )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     version: Mapped[int] = mapped_column(BigInteger)

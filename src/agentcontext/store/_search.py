@@ -1,7 +1,7 @@
 """Full-text search with one meaning on every backend.
 
 The backend only proposes *candidates*, newest first: SQLite from its FTS5 table (exact
-matches), PostgreSQL by testing each message's bloom signature (which may over-match). Here,
+matches), PostgreSQL from the GIN index of its token hashes (which may over-match). Here,
 in Python and the same on every backend, each candidate's tokens are checked against the
 query, the newest `window` matches are ranked (``_tokenizer.score``; ties go to the newer
 message), and snippets are cut (``_text.snippet``). Both backends therefore return the same
@@ -51,6 +51,7 @@ def search(
     statement = _STATEMENTS.get(key)
     if statement is None:
         statement = _STATEMENTS[key] = dialect.search_candidates(scope, bool(roles))
+    dialect.prepare_search(conn)
     wanted = set(query)
     size = window(limit)
     params: dict[str, Any] = {
@@ -123,4 +124,4 @@ async def run(
             _chats.require(conn, scope_id)
         return hits
 
-    return await db.run("read", read, chat=scope_id if scope == "chat" else None)
+    return await db.run(db.dialect.search_mode, read, chat=scope_id if scope == "chat" else None)

@@ -5,9 +5,10 @@ indexed text and for the query alike; the databases only look up what this modul
 
 - SQLite indexes the tokens in a contentless FTS5 table (the ``ascii`` tokenizer splits the
   space-joined tokens back exactly as given);
-- PostgreSQL keeps a small bloom signature per message (`signature`) and tests it with
-  one bitwise AND per row; a signature can only over-match, so every candidate is checked
-  here against the real tokens.
+- PostgreSQL keeps the 32-bit hashes of each message's distinct tokens (`token_hashes`) in
+  an ``int4[]`` column under a GIN index and finds the messages whose array contains every
+  hash of the query; two tokens may share a hash, so every candidate is checked here against
+  the real tokens.
 
 **Tokens.** The text is cut into runs of letters and digits (Python's ``str.isalnum``; an
 underscore separates). Each run is folded: compatibility-decomposed (NFKD), stripped of
@@ -25,21 +26,20 @@ candidates at hand, plus a bonus when the query's tokens appear in a row, in ord
 
 from __future__ import annotations
 
-import hashlib
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate, chain, compress, count, zip_longest
 from operator import add, sub
+from zlib import crc32
 
 __all__ = [
-    "SIGNATURE_BITS",
     "iter_tokens",
     "query_tokens",
     "score",
-    "signature",
-    "signature_masks",
+    "token_hash",
+    "token_hashes",
     "tokens",
 ]
 
@@ -311,45 +311,22 @@ def score(doc: Sequence[str], query: Sequence[str], average_length: float) -> fl
     return total
 
 
-# --- PostgreSQL signatures ----------------------------------------------------------------
+# --- PostgreSQL token hashes ------------------------------------------------------------
 
-SIGNATURE_BITS = (1024, 4096, 16384)
-"""The sizes a signature comes in, by the number of distinct tokens of the message."""
-
-_PER_CLASS = (80, 320)
-"""Most distinct tokens for the first two sizes (about 13 bits per token)."""
-
-_PROBES = 7
-"""Bits set per token (double hashing)."""
+_INT4_OFFSET = 1 << 31
 
 
-def _probes(token: str) -> tuple[int, int]:
-    digest = hashlib.blake2b(token.encode("utf-8"), digest_size=16).digest()
-    return int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little") | 1
+def token_hash(token: str) -> int:
+    """The 32-bit hash PostgreSQL indexes for a token: the CRC-32 (``zlib.crc32``, the
+    polynomial of zlib, PNG and Ethernet) of its UTF-8 bytes minus 2**31, a signed ``int4``.
+
+    Part of the on-disk format: ``messages.search_hashes`` holds these values, so they must
+    never change (and they are the same in every process; Python's ``hash()`` is not)."""
+    return crc32(token.encode("utf-8")) - _INT4_OFFSET
 
 
-def _bits(size: int, words: Sequence[str]) -> str:
-    value = 0
-    top = size - 1
-    for word in words:
-        first, step = _probes(word)
-        for i in range(_PROBES):
-            value |= 1 << (top - (first + i * step) % size)
-    return "x" + format(value, f"0{size // 4}x")
-
-
-def signature(distinct: Sequence[str]) -> str:
-    """A bloom signature of a message's distinct tokens, as PostgreSQL ``bit varying`` input
-    (``x`` and hex digits). Its size grows with the number of tokens, so long messages do not
-    saturate it."""
-    count = len(distinct)
-    size = next(
-        (bits for bits, most in zip(SIGNATURE_BITS, _PER_CLASS, strict=False) if count <= most),
-        SIGNATURE_BITS[-1],
-    )
-    return _bits(size, distinct)
-
-
-def signature_masks(query: Sequence[str]) -> dict[int, str]:
-    """For each signature size, the bits a message holding every query token has set."""
-    return {size: _bits(size, query) for size in SIGNATURE_BITS}
+def token_hashes(tokens: Iterable[str]) -> list[int]:
+    """The distinct `token_hash` values of ``tokens``, ascending (one canonical array per set
+    of tokens). Two tokens may share a hash: a match of hashes only makes a message a
+    candidate, whose tokens are then checked."""
+    return [value - _INT4_OFFSET for value in sorted({crc32(t.encode()) for t in set(tokens)})]

@@ -306,6 +306,12 @@ class Dialect(abc.ABC):
     exact_candidates: ClassVar[bool]
     """Whether every candidate holds every query token (else each is checked)."""
 
+    search_mode: ClassVar[Mode] = "read"
+    """The unit of work a search runs in."""
+
+    def prepare_search(self, conn: Connection) -> None:  # noqa: B027 - optional
+        """Before the statements of a search, in its unit of work (see `search_mode`)."""
+
     # --- locks and errors ----------------------------------------------------------------------
 
     @abc.abstractmethod

@@ -1,0 +1,196 @@
+"""PostgreSQL search through token hashes: the hash is a stable part of the on-disk format, the
+GIN index serves the candidate query, and revision 0008 fills and removes the hashes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sqlalchemy import Connection, column, select, table, text
+
+from agentcontext.store import MessageRecord, SqlContextStore, _migrate, _text, _tokenizer
+from agentcontext.store._dialects.postgresql import PostgresDialect, hashes_text
+from agentcontext.store._schema import SEARCH_HASHES_INDEX
+from tests.conftest import fresh_pg_database, require_postgres
+
+INT4 = range(-(2**31), 2**31)
+
+TOKENS = st.text(min_size=1, max_size=20).filter(lambda s: _tokenizer.tokens(s) == [s])
+
+
+@given(st.text(max_size=40))
+def test_a_token_hash_is_the_crc32_of_its_utf8_moved_into_int4(token: str) -> None:
+    value = _tokenizer.token_hash(token)
+    assert value in INT4
+    assert value == zlib.crc32(token.encode("utf-8")) - 2**31
+
+
+@given(st.lists(TOKENS, max_size=30))
+def test_token_hashes_are_distinct_ascending_and_in_int4(tokens: list[str]) -> None:
+    hashes = _tokenizer.token_hashes(tokens)
+    assert hashes == sorted({_tokenizer.token_hash(token) for token in tokens})
+    assert all(value in INT4 for value in hashes)
+    assert _tokenizer.token_hashes(list(reversed(tokens)) + tokens) == hashes
+    literal = hashes_text(tokens)
+    if tokens:
+        assert literal is not None
+        assert [int(part) for part in literal.strip("{}").split(",")] == hashes
+    else:
+        assert literal is None
+
+
+def test_the_hash_is_fixed_across_processes_and_releases() -> None:
+    # The on-disk format: these values are stored in databases and must never change.
+    pinned = {"zebracorn": 939908890 - 2**31, "café": 2561491637 - 2**31}
+    assert {token: _tokenizer.token_hash(token) for token in pinned} == pinned
+    assert _tokenizer.token_hash("") == -(2**31)
+    code = "from agentcontext.store import _tokenizer; print(_tokenizer.token_hash('zebracorn'))"
+    for seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert int(out.stdout) == pinned["zebracorn"]
+
+
+def _record(i: int, words: str) -> MessageRecord:
+    return MessageRecord(
+        id=f"m{i}",
+        chat_id="big",
+        parent_id=None,
+        name="user" if i % 2 else "assistant",
+        data={"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": words}]},
+    )
+
+
+def _plan(conn: Connection) -> str:
+    dialect = PostgresDialect()
+    statement = dialect.search_candidates("chat", False)
+    compiled = statement.compile(dialect=conn.dialect)
+    params = compiled.construct_params(
+        {
+            "scope_id": "big",
+            "search_limit": 200,
+            "before_seq": 2**62,
+            **dialect.search_params(["zebracorn"]),
+        }
+    )
+    assert compiled.positiontup is not None
+    explain = "EXPLAIN " + compiled.string
+    rows = conn.exec_driver_sql(explain, tuple(params[name] for name in compiled.positiontup))
+    return "\n".join(row[0] for row in rows)
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    require_postgres()
+    with fresh_pg_database("achash") as url:
+        yield url
+
+
+async def test_the_candidate_query_reads_the_gin_index(pg_url: str) -> None:
+    words = [
+        "the",
+        "of",
+        "and",
+        "to",
+        "in",
+        "is",
+        "you",
+        "that",
+        "it",
+        "he",
+        "was",
+        "for",
+        "on",
+        "are",
+        "as",
+        "with",
+        "his",
+        "they",
+        "at",
+        "be",
+    ]
+    records = []
+    for i in range(20_000):
+        chosen = [words[(i * 7 + k * 3) % len(words)] for k in range(12)]
+        if i % 1000 == 0:
+            chosen.insert(5, "zebracorn")
+        records.append(_record(i, " ".join(chosen)))
+    async with SqlContextStore(pg_url) as store:
+        await store.create_chat("big", user_id="u")
+        for start in range(0, len(records), 5000):
+            await store.add_messages(records[start : start + 5000])
+        async with store.engine.connect() as conn:
+            await conn.execute(text("ANALYZE messages"))
+            plan = await conn.run_sync(_plan)
+        assert SEARCH_HASHES_INDEX in plan, plan
+        found = await store.search_messages("big", "zebracorn", limit=100)
+        assert sorted(r.message.id for r in found) == sorted(
+            f"m{i}" for i in range(0, 20_000, 1000)
+        )
+        # A common word is found too (whatever plan the statistics choose).
+        assert len(await store.search_messages("big", "the", limit=30)) == 30
+
+
+def _stored(conn: Connection, name: str) -> dict[str, Any]:
+    raw = table("messages", column("id"), column(name))
+    rows = conn.execute(select(raw.c.id, raw.c[name]).order_by(raw.c.id)).all()
+    return {row[0]: row[1] for row in rows}
+
+
+async def test_revision_0008_fills_the_hashes_and_its_downgrade_the_signatures(
+    pg_url: str,
+) -> None:
+    texts = ["alpha beta", "", "Gamma, DELTA! café", "beta beta alpha", "日本語 text"]
+    async with SqlContextStore(pg_url) as store:
+        await store.create_chat("big", user_id="u")
+        await store.add_messages([_record(i, words) for i, words in enumerate(texts)])
+        before = {q: await store.search_messages("big", q) for q in ("alpha", "cafe", "日本", "z")}
+        engine = store.engine
+        await _migrate.run_in_write_transaction(
+            engine, lambda c: _migrate.downgrade_in_transaction(c, "0007")
+        )
+        async with engine.connect() as conn:
+            signatures = await conn.run_sync(_stored, "search_sig")
+        assert {key for key, value in signatures.items() if value is None} == {"m1"}
+        await _migrate.run_in_write_transaction(engine, _migrate.upgrade_in_transaction)
+        async with engine.connect() as conn:
+            hashes = await conn.run_sync(_stored, "search_hashes")
+        expected = {
+            f"m{i}": _tokenizer.token_hashes(_text.index_tokens(_record(i, t).data)) or None
+            for i, t in enumerate(texts)
+        }
+        assert hashes == expected
+        after = {q: await store.search_messages("big", q) for q in before}
+        assert after == before
+        assert [r.message.id for r in after["alpha"]] == ["m0", "m3"]
+
+
+async def test_a_search_plans_for_its_values_in_its_own_transaction_only(pg_url: str) -> None:
+    async with SqlContextStore(pg_url) as store:
+        db = store.db
+        show = text("SELECT current_setting('plan_cache_mode')")
+
+        def inside(conn: Connection) -> str:
+            db.dialect.prepare_search(conn)
+            return str(conn.execute(show).scalar_one())
+
+        def after(conn: Connection) -> str:
+            return str(conn.execute(show).scalar_one())
+
+        assert db.dialect.search_mode == "snapshot"
+        assert await db.run(db.dialect.search_mode, inside) == "force_custom_plan"
+        # The setting ends with the search's transaction: the pooled connection is as before.
+        for _ in range(3):
+            assert await db.run("read", after) == "auto"
