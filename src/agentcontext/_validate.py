@@ -233,6 +233,16 @@ def check_json(value: object, what: str, *, max_bytes: int | None = None) -> Non
     `MAX_JSON_DEPTH`, a value that contains itself, and any other type. With ``max_bytes``,
     strings (keys included) holding more UTF-8 bytes in all are refused (`too_big`).
     """
+    size = _plain_message_size(value)
+    if size is None:
+        size = json_size(value, what)
+    if max_bytes is not None and size > max_bytes:
+        raise too_big(size, what)
+
+
+def json_size(value: object, what: str) -> int:
+    """`check_json`'s walk of any value: the UTF-8 size of its strings, keys included, or
+    `SerializationError` naming the first thing JSON cannot store."""
     # Iterative walk: deep input must not hit Python's recursion limit.
     size = 0
     stack: list[tuple[object, str, int]] = [(value, "$", 0)]
@@ -284,8 +294,49 @@ def check_json(value: object, what: str, *, max_bytes: int | None = None) -> Non
                 f"{what} holds a value of type {type_name(item)} at {path}, which JSON cannot "
                 "represent; convert it to str, int, float, bool, None, list or dict"
             )
-    if max_bytes is not None and size > max_bytes:
-        raise too_big(size, what)
+    return size
+
+
+_PLAIN_KEYS = frozenset({"id", "role", "parts", "metadata"})
+_PLAIN_PART_KEYS = frozenset({"type", "text"})
+
+
+def _plain_message_size(value: object) -> int | None:
+    """The size `check_json` counts for the usual stored message, a dict of str values whose
+    parts are dicts of str values and whose metadata is None (what a plain text message
+    dumps to), when every string in it is storable; None for anything else, which the
+    full walk then decides. Same answer as the walk, at a fraction of its cost."""
+    if type(value) is not dict or not value.keys() <= _PLAIN_KEYS:
+        return None
+    strings: list[str] = list(value)
+    for key, item in value.items():
+        if key == "parts":
+            if type(item) is not list:
+                return None
+            for part in item:
+                if type(part) is not dict or not part.keys() <= _PLAIN_PART_KEYS:
+                    return None
+                strings += part
+                for text in part.values():
+                    if type(text) is not str:
+                        return None
+                    strings.append(text)
+        elif key == "metadata":
+            if item is not None:
+                return None
+        elif type(item) is str:
+            strings.append(item)
+        else:
+            return None
+    joined = "".join(strings)
+    if "\x00" in joined:
+        return None
+    if joined.isascii():
+        return len(joined)
+    try:
+        return len(joined.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None
 
 
 def _check_json_str(text: str, what: str, path: str) -> int:
