@@ -37,21 +37,11 @@ from sqlalchemy.engine import make_url
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from agentcontext.store import MessageRecord, SqlContextStore
+from agentcontext.store._retention import TABLES
 from agentcontext.store.records import compaction_id
 
 DEFAULT_PG = os.environ.get(
     "AGENTCONTEXT_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
-)
-TABLES = (
-    "chats",
-    "messages",
-    "branches",
-    "checkpoints",
-    "snapshots",
-    "snapshot_items",
-    "resolve_records",
-    "record_messages",
-    "blobs",
 )
 SENTENCE = "the ledger balances while the quick brown fox jumps over the lazy dog number {i}"
 
