@@ -11,7 +11,11 @@ spread-out points and carry their own messages, and five checkpoints sit on the 
 Then, through the viewer's ASGI app in this process (routing, the host check, the security
 headers, the store reads, the layout, the HTML; no socket), it measures per request:
 
-- **chat page** ``GET /chat?id=...`` (the graph, folded: the store summarises it in SQL);
+- **chat page** ``GET /chat?id=...`` (the graph, folded: the store keeps the chat's runs
+  between pages, found once per chat version);
+- **chat page, runs found** the same page on a store opened with ``cache_bytes=0``, which keeps
+  nothing between pages: the cost of the first page after any change to the chat (every
+  message's id, parent and type read and walked);
 - **graph** ``GET /graph?id=...`` (the SVG alone, what the page's script reloads);
 - **branch, newest page** ``GET /branch?chat=...&name=main`` (200 messages, keyset paging);
 - **branch, an old page** ``GET /branch?...&end=<a message in the first tenth>``;
@@ -184,13 +188,17 @@ async def measure(url: str, size: int, args: argparse.Namespace) -> dict[str, tu
             "branch, an old page": ("/branch", f"chat={CHAT}&name=main&end={old_end}"),
         }
         out: dict[str, tuple[float, int]] = {}
-        for label, (path, query) in pages.items():
+        async with SqlContextStore(url, cache_bytes=0) as forgetful:
+            apps = dict.fromkeys(pages, app)
+            pages["chat page, runs found"] = pages["chat page"]
+            apps["chat page, runs found"] = create_app(forgetful)
+            for label, (path, query) in pages.items():
 
-            async def get(path: str = path, query: str = query) -> None:
-                status, _ = await asgi_get(app, path, query)
-                assert status == 200, (path, status)
+                async def get(path: str = path, query: str = query, app: Any = apps[label]) -> None:
+                    status, _ = await asgi_get(app, path, query)
+                    assert status == 200, (path, status)
 
-            out[label] = (await median_time(get, args.runs), await peak_memory(get))
+                out[label] = (await median_time(get, args.runs), await peak_memory(get))
     return out
 
 

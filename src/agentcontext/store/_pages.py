@@ -7,24 +7,27 @@
 - `graph_outline`: a chat's graph with its long linear runs folded. The messages that shape
   the drawing are *kept* (roots, leaves, forks, parents of compactions, compactions, branch
   heads, checkpoints, the selected message); every other message has exactly one child, so
-  they form linear runs between kept messages (`fold_runs`). Only each message's id, parent
-  and type are read for the whole chat (no JSON, no text); the full rows are read, and their
-  JSON decoded, for the messages drawn only.
+  they form linear runs between kept messages (`_outline.Runs`). The runs are found from each
+  message's id, parent and type (no JSON, no text) once per chat version and kept in the
+  store's `OutlineMemory`; a page then reads the chat's version, branches and checkpoints, and
+  the full rows of the messages it draws only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, literal, select
 
-from agentcontext.store import _branches, _chats, _checkpoints, _rows, _text
+from agentcontext.errors import ChatNotFoundError
+from agentcontext.store import _branches, _checkpoints, _rows, _text
 from agentcontext.store._dialects import Dialect
+from agentcontext.store._outline import OutlineMemory, Runs
+from agentcontext.store._schema import chats as C
 from agentcontext.store._schema import messages as M
-from agentcontext.store.records import ChainPage, Fold, GraphNode, GraphOutline
+from agentcontext.store.records import ChainPage, GraphNode, GraphOutline
 
-__all__ = ["chain_page", "fold_runs", "graph_outline"]
+__all__ = ["chain_page", "graph_outline"]
 
 _STATEMENTS: dict[str, Any] = {}
 
@@ -90,68 +93,6 @@ def chain_page(
     )
 
 
-def fold_runs(
-    nodes: Iterable[tuple[str, str | None, str]],
-    marked: Collection[str],
-    *,
-    fold: int,
-    opened: Collection[str] = (),
-) -> tuple[list[str], list[Fold], int]:
-    """The ids to draw, the runs to fold and the number of messages, from every message's
-    ``(id, parent_id, type)`` (read once, in any order).
-
-    A message is kept (drawn) when it is a root, a compaction, in ``marked`` (branch heads,
-    checkpoints, the selected message), or when it has no child, several, or a compaction
-    child; every other message has one child and belongs to a linear run that ends at a kept
-    message. Runs of ``fold`` or more messages are folded (their first and last message are
-    returned, to label the fold) unless their first message is in ``opened``.
-    """
-    parent_of: dict[str, str | None] = {}
-    children: dict[str, int] = {}
-    always: set[str] = set(marked)  # compactions and the parents of compactions join them
-    for node_id, parent_id, kind in nodes:
-        parent_of[node_id] = parent_id
-        if parent_id is not None:
-            children[parent_id] = children.get(parent_id, 0) + 1
-            if kind == "compaction":
-                always.add(parent_id)
-                always.add(node_id)
-
-    def kept(node_id: str) -> bool:
-        parent = parent_of[node_id]
-        return (
-            parent is None
-            or parent not in parent_of
-            or node_id in always
-            or children.get(node_id, 0) != 1
-        )
-
-    shown: list[str] = []
-    folds: list[Fold] = []
-    for node_id in parent_of:
-        if not kept(node_id):
-            continue
-        shown.append(node_id)
-        run: list[str] = []
-        cursor = parent_of[node_id]
-        seen: set[str] = set()
-        while cursor is not None and cursor in parent_of and not kept(cursor):
-            if cursor in seen:
-                break  # a cycle in stored data
-            seen.add(cursor)
-            run.append(cursor)
-            cursor = parent_of[cursor]
-        if not run:
-            continue
-        run.reverse()
-        if len(run) >= fold and run[0] not in opened:
-            shown.extend((run[0], run[-1]))
-            folds.append(Fold(first_id=run[0], last_id=run[-1], count=len(run), child_id=node_id))
-        else:
-            shown.extend(run)
-    return shown, sorted(folds, key=lambda f: f.first_id), len(parent_of)
-
-
 _BATCH = 500
 
 
@@ -163,20 +104,30 @@ def graph_outline(
     fold: int,
     keep: list[str],
     opened: list[str],
+    memory: OutlineMemory | None = None,
 ) -> GraphOutline:
-    """The chat's graph with linear runs of ``fold`` or more messages folded (see
-    `fold_runs`), read in one transaction: every message's id, parent and type (no JSON),
-    then the full rows of the messages drawn only."""
-    _chats.require(conn, chat_id)
+    """The chat's graph with linear runs of ``fold`` or more messages folded, read in one
+    transaction: the chat's runs (from ``memory`` when it holds them at the chat's version;
+    else from every message's id, parent and type, no JSON, left in ``memory``), then the full
+    rows of the messages drawn only."""
+    identity = conn.execute(
+        select(dialect.raw_time(C.c.created_at), C.c.version).where(C.c.id == chat_id)
+    ).first()
+    if identity is None:
+        raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
+    key = tuple(identity)
     branches = _branches.list_infos(conn, chat_id)
     checkpoints = _checkpoints.list_all(conn, chat_id)
     marked = {b.head_message_id for b in branches if b.head_message_id is not None}
     marked.update(point.message_id for point in checkpoints)
     marked.update(keep)
-    links = conn.execute(select(M.c.id, M.c.parent_id, M.c.type).where(M.c.chat_id == chat_id))
-    shown, folds, count = fold_runs(
-        (tuple(row) for row in links), marked, fold=fold, opened=set(opened)
-    )
+    runs = None if memory is None else memory.recall(chat_id, key)
+    if runs is None:
+        links = select(M.c.id, M.c.parent_id, M.c.type).where(M.c.chat_id == chat_id)
+        runs = Runs.build(conn.execute(links).tuples())
+        if memory is not None:
+            memory.remember(chat_id, key, runs)
+    shown, folds = runs.outline(marked, fold=fold, opened=set(opened))
     columns = select(
         M.c.id,
         M.c.parent_id,
@@ -218,6 +169,6 @@ def graph_outline(
             "folds": folds,
             "branches": branches,
             "checkpoints": checkpoints,
-            "message_count": count,
+            "message_count": runs.count,
         },
     )

@@ -46,17 +46,13 @@ def outline_of(
     graph: Graph, *, fold: int, keep: Sequence[str] = (), opened: Sequence[str] = ()
 ) -> GraphOutline:
     """`ContextStore.graph_outline` computed from a whole graph."""
-    from agentcontext.store._pages import fold_runs
+    from agentcontext.store._outline import Runs
 
     marked = {b.head_message_id for b in graph.branches if b.head_message_id is not None}
     marked.update(c.message_id for c in graph.checkpoints)
     marked.update(keep)
-    shown, folds, _ = fold_runs(
-        ((node.id, node.parent_id, node.type) for node in graph.nodes),
-        marked,
-        fold=fold,
-        opened=set(opened),
-    )
+    runs = Runs.build((node.id, node.parent_id, node.type) for node in graph.nodes)
+    shown, folds = runs.outline(marked, fold=fold, opened=set(opened))
     by_id = {node.id: node for node in graph.nodes}
     return GraphOutline(
         chat_id=graph.chat_id,

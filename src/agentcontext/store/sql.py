@@ -46,6 +46,7 @@ from agentcontext.store._database import Database, Transaction, unit
 from agentcontext.store._memory import DEFAULT_CACHE_BYTES, ChainMemory
 from agentcontext.store._migrate import MigrateMode
 from agentcontext.store._options import StoreOptions, open_database
+from agentcontext.store._outline import OutlineMemory
 from agentcontext.store._replicas import parse_token
 from agentcontext.store._schema import resolve_records as RR
 from agentcontext.store._schema import snapshots as SN
@@ -137,8 +138,14 @@ class SqlContextStore(ContextStore):
         )
         prepare = functools.partial(_migrate.prepare_schema, mode=_migrate.check_mode(migrate))
         self._memory = ChainMemory(options.cache_bytes)
+        self._outlines = OutlineMemory(options.cache_bytes)
         self._db = open_database(url_or_engine, options, prepare)
         self._dialect = self._db.dialect
+
+    def _forget(self, *chat_ids: str) -> None:
+        """Drop what the store's memories hold for chats whose messages were deleted."""
+        self._memory.forget(*chat_ids)
+        self._outlines.forget(*chat_ids)
 
     # --- properties and lifecycle -------------------------------------------------------------
 
@@ -305,7 +312,7 @@ class SqlContextStore(ContextStore):
         v.check_optional_id(user_id, "user_id")
         write = unit(_chats.delete_chat, self._dialect, chat_id, user_id)
         deleted: bool = await self.db.run("write", write, chat=chat_id)
-        self._memory.forget(chat_id)
+        self._forget(chat_id)
         return deleted
 
     # --- messages ---------------------------------------------------------------------------
@@ -556,14 +563,15 @@ class SqlContextStore(ContextStore):
         self, chat_id: str, *, fold: int = 6, keep: Sequence[str] = (),
         opened: Sequence[str] = (),
     ) -> GraphOutline:  # fmt: skip
-        """See `ContextStore.graph_outline`; summarised in SQL: the rows read and decoded
-        grow with what is drawn, not with the chat."""
+        """See `ContextStore.graph_outline`. The chat's runs are found once per chat version
+        and kept (within ``cache_bytes``); a page then reads and decodes what it draws."""
         v.check_id(chat_id, "chat_id")
         v.check_int(fold, "fold", minimum=2)
         keep_ids, opened_ids = v.check_str_list(keep, "keep"), v.check_str_list(opened, "opened")
+        memory = self._outlines if self.current_transaction() is None else None  # committed only
         read = unit(
             _pages.graph_outline, self._dialect, chat_id, fold=fold, keep=keep_ids,
-            opened=opened_ids,
+            opened=opened_ids, memory=memory,
         )  # fmt: skip
         return await self.db.run("snapshot", read, chat=chat_id)
 
@@ -652,21 +660,21 @@ class SqlContextStore(ContextStore):
         report: PruneReport = await self.db.run(
             "write", unit(_retention.prune, self._dialect, cutoff, user_id)
         )
-        self._memory.forget(*report.chat_ids)
+        self._forget(*report.chat_ids)
         return report
 
     async def purge(self, chat_id: str) -> PurgeReport:
         v.check_id(chat_id, "chat_id")
         write = unit(_retention.purge, self._dialect, chat_id)
         report: PurgeReport = await self.db.run("write", write, chat=chat_id)
-        self._memory.forget(chat_id)
+        self._forget(chat_id)
         return report
 
     async def erase_user(self, user_id: str) -> ErasureReport:
         v.check_id(user_id, "user_id")
         write = unit(_retention.erase_user, self._dialect, user_id)
         report: ErasureReport = await self.db.run("write", write)
-        self._memory.forget(*report.chat_ids)
+        self._forget(*report.chat_ids)
         return report
 
     async def copy_chat(

@@ -1,0 +1,180 @@
+"""A chat's linear runs, found once per chat version and kept for the viewer's next page.
+
+`fold_runs` (in `_pages`) defines the outline: a message is *kept* (drawn) when it is a root,
+a compaction, the parent of a compaction, marked (a branch head, a checkpoint, the selected
+message), or when it has no child or several; every other message has exactly one child and
+belongs to the linear run that ends at a kept message. Finding the runs needs every message's
+id, parent and type: a read and a walk that grow with the chat.
+
+The marks change from page to page (the selected message, the runs opened), the structure
+does not. So `Runs` holds the runs for no marks at all, the *structural* runs, and `Runs.outline`
+cuts them at the marks of one page: a page's cost grows with the runs and the marks, not with
+the messages. `OutlineMemory` keeps the `Runs` of the chats last shown, keyed by the chat's
+identity and version (every change to a chat's messages, branches or checkpoints moves its
+version), bounded in estimated bytes; the store fills it only with what is committed.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_right
+from collections import Counter, OrderedDict
+from collections.abc import Collection, Iterable
+
+from agentcontext.store.records import Fold
+
+__all__ = ["OutlineMemory", "Runs"]
+
+_BYTES_PER_MESSAGE = 240
+"""Estimated bytes a message costs in `Runs` (its id, a dictionary slot, a list slot)."""
+
+KEPT_CHATS = 8
+"""The most chats an `OutlineMemory` holds, whatever their size."""
+
+
+class Runs:
+    """A chat's structural runs: the kept messages, and every other message in the run (root
+    to leaf order) that ends above a kept one."""
+
+    __slots__ = ("_below", "_members", "_starts", "_where", "count", "kept")
+
+    def __init__(
+        self, count: int, kept: list[str], members: list[str], starts: list[int], below: list[str]
+    ) -> None:
+        self.count = count
+        """How many messages the chat holds."""
+        self.kept = kept
+        """The structurally kept messages."""
+        self._members = members  # every run's messages, run after run
+        self._starts = starts  # where each run begins in _members
+        self._below = below  # the kept message under each run (its last message's child)
+        self._where = dict(zip(members, range(len(members)), strict=True))
+
+    @classmethod
+    def build(cls, nodes: Iterable[tuple[str, str | None, str]]) -> Runs:
+        """The runs of a chat from every message's ``(id, parent_id, type)``, in any order."""
+        parent_of: dict[str, str | None] = {}
+        compactions: list[str] = []
+        for node_id, parent_id, kind in nodes:
+            parent_of[node_id] = parent_id
+            if kind == "compaction" and parent_id is not None:
+                compactions.append(node_id)
+        children = Counter(parent_of.values())
+        # Kept: roots (no parent, or one outside the chat), compactions and their parents,
+        # and every message without exactly one child.
+        kept: set[str | None] = {
+            node_id for node_id, parent_id in parent_of.items() if parent_id not in parent_of
+        }
+        kept.update(compactions)
+        kept.update(parent_of[node_id] for node_id in compactions)
+        kept.update(parent_of.keys() - children.keys())
+        kept.update(node_id for node_id, count in children.items() if count > 1)
+        kept &= parent_of.keys()
+        total = len(parent_of)
+        kept_ids: list[str] = []
+        members: list[str] = []
+        starts: list[int] = []
+        below: list[str] = []
+        for node_id in parent_of:
+            if node_id not in kept:
+                continue
+            kept_ids.append(node_id)
+            cursor = parent_of[node_id]
+            if cursor not in parent_of or cursor in kept:
+                continue
+            run: list[str] = []
+            # A message outside `kept` has one parent in the chat, so the walk ends at a kept
+            # message; the bound only guards against a cycle in damaged data.
+            for _ in range(total):
+                run.append(cursor)  # type: ignore[arg-type]
+                cursor = parent_of[cursor]  # type: ignore[index]
+                if cursor in kept:
+                    break
+            run.reverse()
+            starts.append(len(members))
+            members.extend(run)
+            below.append(node_id)
+        return cls(total, kept_ids, members, starts, below)
+
+    @property
+    def size(self) -> int:
+        """An estimate of the bytes held."""
+        return (self.count + 1) * _BYTES_PER_MESSAGE
+
+    def outline(
+        self, marked: Collection[str], *, fold: int, opened: Collection[str] = ()
+    ) -> tuple[list[str], list[Fold]]:
+        """The ids to draw and the runs to fold once ``marked`` messages are kept as well:
+        exactly what `fold_runs` gives for the same messages and arguments."""
+        members, starts = self._members, self._starts
+        cuts: dict[int, list[int]] = {}
+        for node_id in marked:
+            at = self._where.get(node_id)
+            if at is not None:
+                cuts.setdefault(bisect_right(starts, at) - 1, []).append(at)
+        shown = list(self.kept)
+        folds: list[Fold] = []
+        for run, start in enumerate(starts):
+            end = starts[run + 1] if run + 1 < len(starts) else len(members)
+            low = start
+            for cut in [*sorted(cuts.get(run, ())), end]:
+                if cut > low:
+                    first, last, count = members[low], members[cut - 1], cut - low
+                    if count >= fold and first not in opened:
+                        child = members[cut] if cut < end else self._below[run]
+                        shown.extend((first, last))
+                        folds.append(
+                            Fold(first_id=first, last_id=last, count=count, child_id=child)
+                        )
+                    else:
+                        shown.extend(members[low:cut])
+                if cut < end:
+                    shown.append(members[cut])
+                low = cut + 1
+        folds.sort(key=lambda f: f.first_id)
+        return shown, folds
+
+
+class OutlineMemory:
+    """The `Runs` of the chats last shown, by chat identity and version, bounded in
+    (estimated) bytes and in chats; safe to share between tasks and threads."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._held: OrderedDict[str, tuple[object, Runs]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        """Outlines served from memory (statistics for tests and benchmarks)."""
+
+    def recall(self, chat_id: str, key: object) -> Runs | None:
+        """The runs of the chat at ``key`` (its identity and version), or None."""
+        with self._lock:
+            held = self._held.get(chat_id)
+            if held is None or held[0] != key:
+                return None
+            self._held.move_to_end(chat_id)
+            self.hits += 1
+            return held[1]
+
+    def remember(self, chat_id: str, key: object, runs: Runs) -> None:
+        """Keep the runs of the chat at ``key`` (replacing older ones of the chat)."""
+        if runs.size > self.max_bytes:
+            return
+        with self._lock:
+            old = self._held.pop(chat_id, None)
+            if old is not None:
+                self._bytes -= old[1].size
+            self._held[chat_id] = (key, runs)
+            self._bytes += runs.size
+            while self._bytes > self.max_bytes or len(self._held) > KEPT_CHATS:
+                _, (_, dropped) = self._held.popitem(last=False)
+                self._bytes -= dropped.size
+
+    def forget(self, *chat_ids: str) -> None:
+        """Drop what is held for these chats."""
+        with self._lock:
+            for chat_id in chat_ids:
+                old = self._held.pop(chat_id, None)
+                if old is not None:
+                    self._bytes -= old[1].size
