@@ -36,21 +36,14 @@ __all__ = ["active_records", "head_info", "load_records", "load_rows"]
 _STATEMENTS: dict[tuple[str, str, str], Any] = {}
 
 
-def _columns(dialect: Dialect, shape: str, m: Any) -> list[Any]:
-    """The columns of each shape; the parent link and the depth always come last."""
-    data = dialect.raw_json(m.c.data)
+def _columns(dialect: Dialect | None, shape: str, m: Any) -> list[Any]:
+    """The columns of each shape; the parent link and the depth always come last. Without a
+    dialect, the columns as stored (JSON and times not turned into text yet)."""
+    data = m.c.data if dialect is None else dialect.raw_json(m.c.data)
     if shape == "rows":
         return [m.c.id, data, m.c.parent_id, m.c.depth]
-    return [
-        m.c.id,
-        m.c.chat_id,
-        m.c.name,
-        m.c.type,
-        data,
-        dialect.raw_time(m.c.created_at),
-        m.c.parent_id,
-        m.c.depth,
-    ]
+    created_at = m.c.created_at if dialect is None else dialect.raw_time(m.c.created_at)
+    return [m.c.id, m.c.chat_id, m.c.name, m.c.type, data, created_at, m.c.parent_id, m.c.depth]
 
 
 def _statement(dialect: Dialect, shape: str, plan: str) -> Any:
@@ -70,6 +63,14 @@ def _statement(dialect: Dialect, shape: str, plan: str) -> Any:
                 )
                 .order_by(M.c.depth)
             )
+            if dialect.raw_json_misleads_planner:
+                # The rows picked in a subquery the planner cannot merge (OFFSET 0), their
+                # JSON cast to text outside it: PostgreSQL guesses a cast 32 bytes wide, and
+                # with that guess read a chat's whole table and sorted it on disk (10 000
+                # messages: 20-26 ms of server time, against 6-9 ms through the index).
+                picked = found.with_only_columns(*_columns(None, shape, M)).offset(0)
+                inner = picked.subquery("picked")
+                found = select(*_columns(dialect, shape, inner)).order_by(inner.c.depth)
         else:
             chain = (
                 select(M.c.id, literal(1).label("n"))

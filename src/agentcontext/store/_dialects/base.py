@@ -196,6 +196,10 @@ class Dialect(abc.ABC):
     def raw_json(self, column_: Any) -> ColumnElement[Any]:
         """A JSON column as its text, with no per-row decoding by SQLAlchemy."""
 
+    raw_json_misleads_planner = False
+    """Whether `raw_json` is a cast whose width the planner misjudges, so that a long read
+    should pick its rows in a subquery the planner cannot merge and cast them outside it."""
+
     @abc.abstractmethod
     def raw_time(self, column_: Any) -> ColumnElement[Any]:
         """A timestamp column as the driver returns it (see `decode_time`)."""

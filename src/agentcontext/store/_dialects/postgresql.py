@@ -126,6 +126,7 @@ class PostgresDialect(Dialect):
     )  # fmt: skip
     append_chunk = 50_000  # arrays: one statement, however many rows
     exact_candidates = False
+    raw_json_misleads_planner = True  # a cast to text is guessed 32 bytes wide
 
     def __init__(self, *, pgbouncer: bool = False, schema: str | None = None) -> None:
         self.pgbouncer = pgbouncer
