@@ -218,6 +218,35 @@ async def test_a_store_reads_its_own_writes_however_far_behind_the_replica(
         assert replica.reads > served
 
 
+async def test_a_task_reads_a_chat_where_it_last_read_it(pair: Pair) -> None:
+    """One engine call reads a state, then the changes since it: never from two servers, the
+    second behind the first. A task stays on the replica of its last read of a chat; other
+    tasks spread over the replicas."""
+    async with SqlContextStore(pair.primary) as writer:
+        for chat_id in ("c1", "c2"):
+            await _save_turn(writer, chat_id, "hello")
+    await _replayed(pair.primary, pair.replica)
+    twins = [create_async_engine(pair.replica) for _ in range(2)]  # two engines, one standby
+    async with SqlContextStore(pair.primary, read_replicas=twins) as store:
+        first, second = store.db.replicas.replicas  # type: ignore[union-attr]
+        seen = {id(first): _counted(first.engine), id(second): _counted(second.engine)}
+        for _ in range(4):
+            assert await _history(store, "c1") == ["hello", "re: hello"]
+        used = [key for key, statements in seen.items() if statements]
+        assert len(used) == 1, "one task's reads of a chat went to two replicas"
+        for statements in seen.values():
+            statements.clear()
+
+        async def reader(chat_id: str) -> list[str]:
+            return await _history(store, chat_id)
+
+        found = await asyncio.gather(*(reader(c) for c in ("c1", "c2", "c1", "c2", "c1")))
+        assert found == [["hello", "re: hello"]] * 5
+        assert all(seen.values()), "tasks of their own did not spread over the replicas"
+    for engine in twins:
+        await engine.dispose()
+
+
 async def test_without_the_token_a_reader_may_see_the_replica_behind(pair: Pair) -> None:
     """The guarantee is the token's: a reader that has none reads the (paused) replica."""
     async with SqlContextStore(pair.primary, read_replicas=[pair.replica]) as writer:

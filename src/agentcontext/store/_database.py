@@ -366,7 +366,7 @@ class Database:
             if not named and branch is not None:
                 found = replicas.chat_of(branch)
                 named = () if found is None else (found,)
-            runner = replicas.read(self, mode, unit, named)
+            runner = replicas.read(self, mode, unit, named, asyncio.current_task())
         else:
             if chats and self._holds:
                 await self._wait_for_holds(chats)

@@ -14,6 +14,12 @@ query that failed) make the next read of their chats ask the primary for its pos
 Writes, compare-and-swap and everything inside ``store.using()`` / ``store.begin()`` run on the
 primary (`Database.run` decides; this module only serves reads).
 
+One caller's reads of a chat never go back in time: the reads of one engine call (a state,
+then the changes since it) must not come from two servers, the second behind the first. So a
+task's reads of a chat stay on the replica that served its last read of it (for `PIN_SECONDS`
+after that read); when the primary served one instead, the primary's position after it becomes
+that task's floor for the chat, and any replica that has replayed that far may serve again.
+
 A consistency token is a position written as PostgreSQL writes an LSN (``"0/16B3748"``).
 """
 
@@ -22,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, Protocol, TypeVar
@@ -62,6 +69,10 @@ WARN_SECONDS = 30.0
 MAX_CHATS = 100_000
 """Chats whose floor is remembered one by one; older ones raise the floor of every read."""
 MAX_REPLICAS = 64
+PIN_SECONDS = 5.0
+"""How long after a task's read of a chat its next read of it stays where that one ran."""
+_UNKNOWN = 2**64
+"""The floor after a read of the primary whose position is unknown: the primary serves."""
 
 _TOKEN = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
 
@@ -120,6 +131,18 @@ class Replica:
         self.lock: asyncio.Lock | None = None
 
 
+class Pin:
+    """Where a task's last read of a chat ran: a replica, or the primary and its position
+    after the read (a floor for the task's next reads of the chat)."""
+
+    __slots__ = ("expires", "floor", "replica")
+
+    def __init__(self, replica: Replica | None, floor: int, expires: float) -> None:
+        self.replica = replica
+        self.floor = floor
+        self.expires = expires
+
+
 class Replicas:
     """The read replicas of one store and the floors of the chats it wrote."""
 
@@ -140,6 +163,8 @@ class Replicas:
         self._branches: OrderedDict[str, str] = OrderedDict()
         """Branch id → chat id, learned from what the store read (a branch never moves)."""
         self._next = 0
+        self._pins: weakref.WeakKeyDictionary[object, dict[str, Pin]] = weakref.WeakKeyDictionary()
+        """By task, by chat: where the task's last read of the chat ran (`Pin`)."""
 
     # --- what this store wrote ------------------------------------------------------------------
 
@@ -240,11 +265,22 @@ class Replicas:
         mode: Mode,
         unit: Callable[[Connection], T],
         chats: Collection[str],
+        owner: object = None,
     ) -> T:
         """``unit`` on a replica that has replayed this store's writes to ``chats``, or on the
-        primary."""
+        primary. ``owner`` (the calling task) reads its chats where it last read them (see
+        the module's docstring)."""
         floor = await self.floor(db, chats)
-        replica = await self._choose(floor)
+        loop = asyncio.get_running_loop()
+        pins = self._pins.get(owner) if owner is not None and chats else None
+        held = [] if pins is None else [pins[c] for c in chats if c in pins]
+        held = [pin for pin in held if pin.expires > loop.time()]
+        floor = max([floor, *(pin.floor for pin in held)])
+        there = {pin.replica for pin in held if pin.replica is not None}
+        replica = None
+        if len(there) <= 1 and floor < _UNKNOWN:
+            # (Reads pinned to two replicas: only the primary is ahead of both.)
+            replica = await self._choose(floor, only=next(iter(there), None))
         if replica is not None:
             try:
                 result: T = await greenlet_spawn(db.sync_read, replica.sync_engine, mode, unit)
@@ -254,14 +290,38 @@ class Replicas:
                 self._skip(replica, "failed", f"a read failed ({_reason(exc)})")
             else:
                 replica.reads += 1
+                self._pin(owner, chats, replica, 0)
                 return result
         self.primary_reads += 1
-        return await db.on_primary(mode, unit)
+        result = await db.on_primary(mode, unit)
+        if owner is not None and chats:
+            # Where the primary's log is after the read: what it read is no newer than that.
+            try:
+                position = await db.on_primary("read", self.dialect.write_position)
+            except (SQLAlchemyError, OSError, TimeoutError):
+                position = None
+            self._pin(owner, chats, None, _UNKNOWN if position is None else position)
+        return result
 
-    async def _choose(self, floor: int) -> Replica | None:
+    def _pin(
+        self, owner: object, chats: Collection[str], replica: Replica | None, floor: int
+    ) -> None:
+        if owner is None or not chats:
+            return
+        expires = asyncio.get_running_loop().time() + PIN_SECONDS
+        pins = self._pins.setdefault(owner, {})
+        for chat_id in chats:
+            pins[chat_id] = Pin(replica, floor, expires)
+        if len(pins) > MAX_CHATS:
+            for chat_id in [c for c, pin in pins.items() if pin.expires <= expires - PIN_SECONDS]:
+                del pins[chat_id]
+
+    async def _choose(self, floor: int, *, only: Replica | None = None) -> Replica | None:
+        """A live replica that has replayed ``floor`` (``only`` that one, if given), waiting
+        up to `wait` for one; None when none has."""
         loop = asyncio.get_running_loop()
         start = loop.time()
-        live = self._live(start)
+        live = self._live(start, only)
         for replica in live:
             if replica.position >= floor:
                 return replica
@@ -270,7 +330,7 @@ class Replicas:
         while live:
             await asyncio.gather(*(self._refresh(replica) for replica in live))
             now = loop.time()
-            live = self._live(now)
+            live = self._live(now, only)
             for replica in live:
                 if replica.position >= floor:
                     return replica
@@ -287,8 +347,11 @@ class Replicas:
             )
         return None
 
-    def _live(self, now: float) -> list[Replica]:
-        """The replicas not skipped now, starting with the next in turn."""
+    def _live(self, now: float, only: Replica | None = None) -> list[Replica]:
+        """The replicas not skipped now (``only`` that one, if given), starting with the
+        next in turn."""
+        if only is not None:
+            return [only] if only.down_until <= now else []
         count = len(self.replicas)
         self._next = (self._next + 1) % count
         turn = self.replicas[self._next :] + self.replicas[: self._next]
