@@ -183,6 +183,10 @@ class ChainCopy:
     dirty: frozenset[str]
     extra_bytes: int
 
+    def covers(self, head: str | None) -> bool:
+        """Whether ``head`` is a message of this chain."""
+        return head is not None and head in self.index
+
 
 class ChainCache:
     """The branch's chain as the engine last saw it: ids, parents and decoded messages.
@@ -453,6 +457,8 @@ class Conversation:
         """Whether ``branch`` was read from the store during the current public call."""
         self.joined: JoinedTransaction | None = None
         """The caller's transaction (``store.using()``) the engine last worked in."""
+        self.saved = False
+        """Whether this engine has appended to the chat yet."""
 
     # --- a caller's transaction -------------------------------------------------------------
 
@@ -611,6 +617,21 @@ class Conversation:
             self.chain.invalidate()
             return False  # the newest copy cannot be brought up to date: load the chain
         return False
+
+    def wants_saved_version(self) -> bool:
+        """Whether a save should read back the chat's version, for the chain after it to be
+        left in the store's memory at once: on the engine's first save only. An engine made
+        per request saves once, and the next request's engine then starts from exactly that
+        chain (no query for the changes since); a long-lived engine does not pay for reading
+        the version back on every save, and confirms it on its next read instead."""
+        memory = self.store.chain_memory
+        return (
+            not self.saved
+            and memory is not None
+            and memory.max_bytes > 0
+            and self.chain.version is not None
+            and self.store.current_transaction() is None
+        )
 
     def remember(self, *, saved: bool = False) -> None:
         """Leave a copy of the chain in the store's memory (only what is committed: nothing

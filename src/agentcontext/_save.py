@@ -245,6 +245,10 @@ async def _attempt(
                     new_head=new_ids[-1],
                     updates=known,
                 )
+            elif conv.wants_saved_version():  # as append_turn, with the version read back
+                result = await store.append_messages(
+                    conv.branch.id, records, expected_head=expected, updates=()
+                )
             else:  # new messages only: what almost every save writes
                 result = await store.append_turn(conv.branch.id, records, expected_head=expected)
         except StoreUnavailableError:
@@ -255,6 +259,7 @@ async def _attempt(
             await asyncio.sleep(0.05 * (attempt + 1))
             continue
         if result.ok:
+            conv.saved = True
             await _after_append(conv, records, messages, result.version, expected, known)
             return SaveResult(head_message_id=result.head_message_id)
         fresh = [r for r in records if r.id not in known]

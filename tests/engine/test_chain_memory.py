@@ -133,6 +133,35 @@ async def test_the_memory_stays_within_its_bound(store_url: str) -> None:
         assert 0 < len(store.chain_memory) < 8  # the least recently used chats went first
 
 
+async def test_a_growing_branch_is_held_once(store_url: str) -> None:
+    """Each turn of a fresh engine leaves the longer chain; the shorter one it outgrew is
+    dropped (the copies share their messages), so many chats fit the bound and every turn
+    after the first starts from memory."""
+    turns, chats = 6, 5
+    async with SqlContextStore(store_url) as store:
+        memory = store.chain_memory
+        for chat in range(chats):
+            writer = engine(store, f"g{chat}")
+            writer.set(*(user(f"q{i}", id=f"g{chat}-m{i}") for i in range(20)))
+            await writer.save()
+        hits = memory.hits
+        for turn in range(turns):
+            for chat in range(chats):
+                context = engine(store, f"g{chat}")
+                await context.resolve()
+                context.set(user(f"t{turn}", id=f"g{chat}-t{turn}"))
+                await context.save()
+        assert memory.hits - hits == turns * chats
+        assert len(memory) == chats  # one chain per chat, not one per version
+        # A branch forked off one of them is a chain of its own, held beside it.
+        context = engine(store, "g0")
+        await context.rewind("g0-m10")
+        context.set(user("other way", id="g0-fork"))
+        await context.save()
+        assert len(memory) == chats + 1
+        assert [m.id for m in await fresh_view(store, "g0")][-2:] == ["g0-m10", "g0-fork"]
+
+
 @pytest.mark.parametrize(
     ("value", "error"),
     [

@@ -92,9 +92,11 @@ async def test_a_retried_begin_turn_returns_the_same_placeholder(
 ) -> None:
     engine = ContextEngine(store=store, chat_id="turn", user_id="u")
     question = user("a question")
-    monkeypatch.setattr(
-        store, "append_turn", LostAcknowledgement(store, "append_turn", asyncio.CancelledError)
-    )
+    # An engine's first save reads the chat's version back (append_messages), later ones
+    # do not (append_turn): the acknowledgement of whichever writes this turn is lost.
+    for method in ("append_turn", "append_messages"):
+        lost = LostAcknowledgement(store, method, asyncio.CancelledError)
+        monkeypatch.setattr(store, method, lost)
     with pytest.raises(asyncio.CancelledError):
         await engine.begin_turn(question)
     assert engine.pending == []  # the queue is as it was before the call

@@ -39,6 +39,9 @@ class Remembered(Protocol):
     def version(self) -> int: ...
     @property
     def size(self) -> int: ...
+    def covers(self, head: str | None) -> bool:
+        """Whether ``head`` is a message of this chain (so this chain can serve it)."""
+        ...
 
 
 class ChainMemory:
@@ -82,8 +85,10 @@ class ChainMemory:
         self.hits += 1
 
     def remember(self, entry: Remembered) -> None:
-        """Keep ``entry``, replacing the one held for the same head; evict the least recently
-        used chats past the bound. An entry larger than the bound is not kept."""
+        """Keep ``entry``, replacing the one held for the same head and older ones whose head
+        it holds (a branch that grew: the new chain serves both, and the copies share their
+        messages, so keeping both would count them twice); evict the least recently used
+        chats past the bound. An entry larger than the bound is not kept."""
         if self.max_bytes <= 0 or entry.size > self.max_bytes:
             return
         chat_id = entry.chat_key[0]
@@ -95,8 +100,12 @@ class ChainMemory:
                 self._chats.move_to_end(chat_id)
             kept = []
             for old in entries:
-                if old.chat_key != entry.chat_key or old.head == entry.head:
-                    self._bytes -= old.size  # replaced, or left by a chat deleted since
+                if (
+                    old.chat_key != entry.chat_key  # left by a chat deleted since
+                    or old.head == entry.head  # replaced
+                    or (old.version <= entry.version and entry.covers(old.head))  # outgrown
+                ):
+                    self._bytes -= old.size
                 else:
                     kept.append(old)
             kept.insert(0, entry)
