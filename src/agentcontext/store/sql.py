@@ -138,14 +138,9 @@ class SqlContextStore(ContextStore):
         )
         prepare = functools.partial(_migrate.prepare_schema, mode=_migrate.check_mode(migrate))
         self._memory = ChainMemory(options.cache_bytes)
-        self._outlines = OutlineMemory(options.cache_bytes)
+        self._outlines = OutlineMemory(options.cache_bytes)  # keyed by version: never stale
         self._db = open_database(url_or_engine, options, prepare)
         self._dialect = self._db.dialect
-
-    def _forget(self, *chat_ids: str) -> None:
-        """Drop what the store's memories hold for chats whose messages were deleted."""
-        self._memory.forget(*chat_ids)
-        self._outlines.forget(*chat_ids)
 
     # --- properties and lifecycle -------------------------------------------------------------
 
@@ -312,7 +307,7 @@ class SqlContextStore(ContextStore):
         v.check_optional_id(user_id, "user_id")
         write = unit(_chats.delete_chat, self._dialect, chat_id, user_id)
         deleted: bool = await self.db.run("write", write, chat=chat_id)
-        self._forget(chat_id)
+        self._memory.forget(chat_id)
         return deleted
 
     # --- messages ---------------------------------------------------------------------------
@@ -660,21 +655,21 @@ class SqlContextStore(ContextStore):
         report: PruneReport = await self.db.run(
             "write", unit(_retention.prune, self._dialect, cutoff, user_id)
         )
-        self._forget(*report.chat_ids)
+        self._memory.forget(*report.chat_ids)
         return report
 
     async def purge(self, chat_id: str) -> PurgeReport:
         v.check_id(chat_id, "chat_id")
         write = unit(_retention.purge, self._dialect, chat_id)
         report: PurgeReport = await self.db.run("write", write, chat=chat_id)
-        self._forget(chat_id)
+        self._memory.forget(chat_id)
         return report
 
     async def erase_user(self, user_id: str) -> ErasureReport:
         v.check_id(user_id, "user_id")
         write = unit(_retention.erase_user, self._dialect, user_id)
         report: ErasureReport = await self.db.run("write", write)
-        self._forget(*report.chat_ids)
+        self._memory.forget(*report.chat_ids)
         return report
 
     async def copy_chat(
