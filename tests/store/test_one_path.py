@@ -181,6 +181,45 @@ async def test_one_store_never_holds_more_connections_than_its_pool(pg_session_u
             await check.delete_chat(f"budget-{i}")
 
 
+async def test_calls_waiting_for_a_connection_are_served_in_turn(store_url: str) -> None:
+    """More callers than connections: calls run in the order they were made. In the pool
+    alone, a call arriving just as a connection came back could take it before the call
+    woken for it ran, and the overtaken call went to the back of the queue again (the long
+    tail of turns at 64 agents on PostgreSQL)."""
+    tasks, calls = 24, 6
+    made: list[str] = []
+    ran: list[str] = []
+    async with SqlContextStore(store_url, pool_size=2, max_overflow=0) as store:
+        ids = [f"t{i}-{k}" for i in range(tasks) for k in range(calls)]
+        for chat_id in ids:
+            await store.create_chat(chat_id, user_id="u")
+        # Both connections open before the count starts (opening one takes a while).
+        await asyncio.gather(*(store.get_chat(chat_id) for chat_id in ids[:8]))
+
+        @event.listens_for(store.engine.sync_engine, "before_cursor_execute")
+        def seen(_conn: Any, _cursor: Any, _sql: str, params: Any, *_: Any) -> None:
+            values = params.values() if isinstance(params, dict) else params
+            ran.extend(v for v in values if isinstance(v, str) and v in wanted)
+
+        wanted = set(ids)
+
+        async def caller(i: int) -> None:
+            for k in range(calls):
+                made.append(f"t{i}-{k}")
+                assert await store.get_chat(f"t{i}-{k}") is not None
+                for _ in range(i % 3):
+                    await asyncio.sleep(0)  # callers that think a little between calls
+
+        await asyncio.gather(*(caller(i) for i in range(tasks)))
+    assert sorted(ran) == sorted(made)
+    # A call may see the one call beside it on the other connection start first, no more.
+    position = {chat_id: n for n, chat_id in enumerate(ran)}
+    overtaken = [
+        sum(1 for b in made[n + 1 :] if position[b] < position[a]) for n, a in enumerate(made)
+    ]
+    assert max(overtaken) <= 1, (made, ran)
+
+
 async def test_a_callers_engine_is_used_for_every_call(store_url: str) -> None:
     url = make_url(store_url)
     pooled = url.query.get("pgbouncer") == "true"

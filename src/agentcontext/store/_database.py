@@ -259,6 +259,9 @@ class Database:
         # Locks are made on first use, in the store's loop.
         self._init_lock: asyncio.Lock | None = None
         self._write_lock: asyncio.Lock | None = None
+        self._gate: asyncio.Semaphore | None = None
+        """Units waiting for a connection queue here, first come first served, instead of in
+        the pool, where a newcomer can take a connection returned for a waiter."""
         self._all_lock: asyncio.Lock | None = None
         self._holds: dict[str, Transaction] = {}
         """Chats written by a caller's transaction still open (``store.using``), by chat."""
@@ -293,6 +296,9 @@ class Database:
                 self._all_lock = asyncio.Lock()
             elif locks == "writes":
                 self._write_lock = asyncio.Lock()
+            slots = _pool_slots(self._sync_engine.pool)
+            if slots is not None:
+                self._gate = asyncio.Semaphore(slots)
         elif loop is not self._loop:
             raise StoreError(
                 f"this store ({self.url}) belongs to another event loop: a store (and its "
@@ -488,10 +494,12 @@ class Database:
         idempotent: bool,
         note: _Note | None,
     ) -> T:
+        gate: AbstractAsyncContextManager[Any] = self._gate or nullcontext()
         for attempt in (0, 1):
             state = _UnitState(mode, idempotent)
             try:
-                return await greenlet_spawn(self._sync_unit, mode, unit, state, None, note)
+                async with gate:
+                    return await greenlet_spawn(self._sync_unit, mode, unit, state, None, note)
             except ContextError:
                 raise
             except (SQLAlchemyError, OSError, TimeoutError) as exc:
@@ -918,3 +926,12 @@ def _autocommit(connection: Connection) -> bool:
     if level is None:  # the engine's own level (create_engine(isolation_level=...))
         level = getattr(connection.engine.dialect, "_on_connect_isolation_level", None)
     return isinstance(level, str) and level.upper() == "AUTOCOMMIT"
+
+
+def _pool_slots(pool: Any) -> int | None:
+    """How many connections ``pool`` lends at most (None: no fixed bound)."""
+    size, overflow = getattr(pool, "size", None), getattr(pool, "_max_overflow", None)
+    if not callable(size) or not isinstance(overflow, int) or overflow < 0:
+        return None
+    total = size() + overflow
+    return total if isinstance(total, int) and total > 0 else None
