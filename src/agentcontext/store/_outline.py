@@ -1,6 +1,7 @@
 """A chat's linear runs, found once per chat version and kept for the viewer's next page.
 
-`fold_runs` (in `_pages`) defines the outline: a message is *kept* (drawn) when it is a root,
+An outline is defined by one walk of the chat (the model in ``tests/store/test_outline.py``):
+a message is *kept* (drawn) when it is a root,
 a compaction, the parent of a compaction, marked (a branch head, a checkpoint, the selected
 message), or when it has no child or several; every other message has exactly one child and
 belongs to the linear run that ends at a kept message. Finding the runs needs every message's
@@ -105,7 +106,7 @@ class Runs:
         self, marked: Collection[str], *, fold: int, opened: Collection[str] = ()
     ) -> tuple[list[str], list[Fold]]:
         """The ids to draw and the runs to fold once ``marked`` messages are kept as well:
-        exactly what `fold_runs` gives for the same messages and arguments."""
+        exactly what one walk of the chat with those marks applied gives."""
         members, starts = self._members, self._starts
         cuts: dict[int, list[int]] = {}
         for node_id in marked:
