@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentcontext import _telemetry as telemetry
 from agentcontext._conversation import Conversation, decode_record
+from agentcontext._gc import gc_paused
 from agentcontext.errors import (
     HeadConflictError,
     InvalidGraphError,
@@ -122,7 +123,9 @@ def record_of(conv: Conversation, message: Message, parent_id: str | None) -> Me
     """The record of a message to write."""
     # Python mode, not JSON mode: JSON mode would silently turn NaN and infinity into null and
     # stringify other values; the store refuses them with a SerializationError instead.
-    return MessageRecord(
+    # Built without validation: the message is a validated model, and the store checks every
+    # field of every record it is given (`check_records`).
+    return MessageRecord.model_construct(
         id=message.id,
         chat_id=conv.chat_id,
         parent_id=parent_id,
@@ -224,7 +227,8 @@ async def _attempt(
             if branch:
                 return await fork_for_update(conv, messages, expected)
             known.add(expected)
-        records = _chained(conv, messages, expected, known)
+        with gc_paused():  # a burst of new objects, none of them garbage
+            records = _chained(conv, messages, expected, known)
         new_ids = [r.id for r in records if r.id not in known]
         telemetry.add(telemetry.SAVE_ATTEMPTS)
         try:

@@ -49,3 +49,22 @@ def test_deep_documents_fall_back_to_the_standard_library() -> None:
     for depth in (MAX_JSON_DEPTH, 250, 900):
         text = "[" * depth + "]" * depth
         assert loads(text) == json.loads(text)
+
+
+@settings(max_examples=2000)
+@given(JSON_VALUES)
+def test_dumps_means_what_the_standard_library_writes(value: Any) -> None:
+    # The store's serializer may spell a number differently (0.00001 for 1e-05), never mean
+    # something else: its text reads back to what the standard library's text reads back to.
+    text = dumps(value)
+    standard = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    assert same(json.loads(text), json.loads(standard))
+
+
+def test_dumps_falls_back_past_the_serializers_depth() -> None:
+    value: list[Any] = []
+    inner = value
+    for _ in range(400):
+        inner.append([])
+        inner = inner[0]
+    assert dumps(value) == json.dumps(value, separators=(",", ":"))

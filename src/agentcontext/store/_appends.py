@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from agentcontext import _validate as v
+from agentcontext._gc import gc_paused
 from agentcontext.errors import InvalidGraphError, InvalidInputError
 from agentcontext.store import _branches, _text
 from agentcontext.store._database import Database, unit
@@ -104,7 +105,8 @@ async def _fast(
     report_version: bool,
 ) -> AppendResult | None:
     """The single-statement append; None when the general path must decide."""
-    rows = rows_of(records)
+    with gc_paused():  # a burst of new objects, none of them garbage
+        rows = rows_of(records)
     try:
         return await db.run(
             "atomic" if len(rows) <= dialect.append_chunk else "write",

@@ -144,6 +144,22 @@ _SQLITE_SA = sqlite.dialect(paramstyle="qmark")
 _SQLITE_APPENDS: dict[tuple[int, bool], tuple[str, tuple[str, ...]]] = {}
 
 
+_ROW_PARAMETERS = (
+    "branch_id", "first", "touched_at", "id", "chat_id", "parent_id", "name", "type", "data",
+    "created_at", "tokens",
+)  # fmt: skip
+"""The parameters of each row of `_sqlite_append`, in the order of its SQL."""
+
+
+def _positions(count: int) -> tuple[str, ...]:
+    shared = ("branch_id", "touched_at")
+    return tuple(
+        name if name in shared else f"{name}_{index}"
+        for index in range(count)
+        for name in _ROW_PARAMETERS
+    )
+
+
 def _sqlite_append(count: int, returning: bool) -> tuple[str, tuple[str, ...]]:
     """The append of ``count`` rows: one INSERT into the view, with ``returning`` the version
     each message got (the subquery is correlated, so SQLite runs it after each row's trigger;
@@ -184,7 +200,10 @@ def _sqlite_append(count: int, returning: bool) -> tuple[str, tuple[str, ...]]:
         if returning:
             statement = statement.returning(written)
         compiled = statement.compile(dialect=_SQLITE_SA)
-        found = (compiled.string, tuple(compiled.positiontup or ()))
+        names = tuple(compiled.positiontup or ())
+        if names != _positions(count):
+            raise AssertionError(f"unexpected order of the append's parameters: {names[:11]}")
+        found = (compiled.string, names)
         if len(_SQLITE_APPENDS) < 256:
             _SQLITE_APPENDS[count, returning] = found
     return found
@@ -336,20 +355,17 @@ class SqliteDialect(Dialect):
         report_version: bool = True,
     ) -> int | None:
         touched = self.encode_time(touched_at)
-        params: dict[str, Any] = {"branch_id": branch_id, "touched_at": touched}
+        encode_time = self.encode_time
+        sql, _ = _sqlite_append(len(rows), report_version)
+        params: list[Any] = []  # in the order of `_ROW_PARAMETERS`, row after row
         for index, row in enumerate(rows):
-            params[f"first_{index}"] = 1 if first and index == 0 else 0
-            params[f"id_{index}"] = row.id
-            params[f"chat_id_{index}"] = row.chat_id
-            params[f"parent_id_{index}"] = row.parent_id
-            params[f"name_{index}"] = row.name
-            params[f"type_{index}"] = row.type
-            params[f"data_{index}"] = row.data
-            params[f"created_at_{index}"] = self.encode_time(row.created_at)
-            params[f"tokens_{index}"] = " ".join(row.tokens)
-        sql, names = _sqlite_append(len(rows), report_version)
+            params += (
+                branch_id, 1 if first and index == 0 else 0, touched, row.id, row.chat_id,
+                row.parent_id, row.name, row.type, row.data, encode_time(row.created_at),
+                " ".join(row.tokens),
+            )  # fmt: skip
         try:
-            result = conn.exec_driver_sql(sql, tuple(params[name] for name in names))
+            result = conn.exec_driver_sql(sql, tuple(params))
             versions = result.all() if report_version else None
         except DBAPIError as exc:
             message = str(orig(exc))
