@@ -87,7 +87,9 @@ def decode_record(record: MessageRecord) -> Message:
     return message
 
 
-def decode_record_json(message_id: str, data: str | None, chat_id: str | None = None) -> Message:
+def decode_record_json(
+    message_id: str, data: str | bytes | None, chat_id: str | None = None
+) -> Message:
     """A stored message from its JSON text (its id is the record's)."""
     rows = ChainRows(ids=[message_id], parent_ids=[None], data=[data])
     return decode_rows(rows, chat_id)[0]
@@ -105,10 +107,10 @@ def decode_rows(rows: ChainRows, chat_id: str | None = None) -> list[Message]:
     data = rows.data
     try:
         with gc_paused():
-            messages = [_validate_json(text) for text in cast(list[str], data)]
+            messages = [_validate_json(text) for text in cast(list[str | bytes], data)]
     except (ValidationError, TypeError, ValueError):
         for message_id, text in zip(rows.ids, data, strict=True):
-            if not isinstance(text, str):
+            if not isinstance(text, (str, bytes)):
                 raise _corrupt(chat_id, message_id, "it has no data") from None
             try:
                 _validate_json(text)
@@ -407,7 +409,7 @@ class ChainCache:
         turns = meta.get("turns") if isinstance(meta, dict) else None
         return turns if isinstance(turns, int) and not isinstance(turns, bool) else 0
 
-    def raw_texts(self) -> dict[str, str | None]:
+    def raw_texts(self) -> dict[str, str | bytes | None]:
         """The stored JSON text of the loaded messages not changed since (by id)."""
         rows = self.loaded
         if rows is None:

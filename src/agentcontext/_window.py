@@ -123,7 +123,7 @@ class Fitted:
 def message_tokens(
     messages: Sequence[Message],
     counter: TokenCounter,
-    raw: Mapping[str, str | None],
+    raw: Mapping[str, str | bytes | None],
 ) -> list[int]:
     """Each message's tokens as `estimate_context` counts them, framing included (0 for a
     message of which nothing is sent)."""
@@ -160,7 +160,7 @@ def fit(
     messages: list[Message],
     *,
     keep: Collection[str] = (),
-    raw: Mapping[str, str | None] | None = None,
+    raw: Mapping[str, str | bytes | None] | None = None,
 ) -> Fitted:
     """Fit a request into the window (see the module documentation).
 

@@ -92,6 +92,19 @@ async def test_message_data_that_is_not_json(
         assert "JSON" in str(info.value), name
 
 
+async def test_message_text_that_is_not_utf8_is_a_damaged_row_of_the_chain(
+    store: SqlContextStore, store_url: str, make_engine: EngineFactory
+) -> None:
+    # SQLite keeps whatever bytes it is given in a TEXT column. The engine reads a chain as
+    # the bytes of its JSON, so such a row is named, not a failed read of the whole chain.
+    sqlite_only(store_url)
+    await seeded(make_engine)
+    await damage(store_url, "UPDATE messages SET data = CAST(x'7b22ff22' AS TEXT) WHERE id = 'c1-2'")
+    with pytest.raises(CorruptDataError) as info:
+        await make_engine().resolve()
+    names_the_row(info.value, "messages", "c1", "c1-2")
+
+
 async def test_message_data_that_is_not_a_message(
     store: SqlContextStore, store_url: str, make_engine: EngineFactory
 ) -> None:

@@ -153,7 +153,7 @@ def _pick(
             conn.execute(
                 _statement(dialect, shape, "walk"),
                 {"head_id": head_id, "expected": expected, "chat_id": chat_id},
-            )
+            ).all()
         )
         rows.reverse()
     # The chain as stored must be whole: the expected length, the depths its head's depth

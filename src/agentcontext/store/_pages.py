@@ -124,7 +124,7 @@ def graph_outline(
     runs = None if memory is None else memory.recall(chat_id, key)
     if runs is None:
         links = select(M.c.id, M.c.parent_id, M.c.type).where(M.c.chat_id == chat_id)
-        runs = Runs.build(conn.execute(links).tuples())
+        runs = Runs.build(conn.execute(links).all())
         if memory is not None:
             memory.remember(chat_id, key, runs)
     shown, folds = runs.outline(marked, fold=fold, opened=set(opened))

@@ -176,16 +176,17 @@ class ChatState(_Record):
 @dataclass(frozen=True, slots=True)
 class ChainRows:
     """A chain as stored, for the engine to decode: ids, parent ids and each message's JSON
-    text (root first)."""
+    (root first), as text or as its UTF-8 bytes (what the SQL store reads: pydantic-core
+    parses bytes without a ``str`` made first)."""
 
     ids: list[str]
     parent_ids: list[str | None]
-    data: list[str | None]
+    data: list[str | bytes | None]
     summary_id: str | None = None
     """The compaction that applies to the head, when the rows start after it (see
     `ContextEngine.compact`): its id, ..."""
-    summary: str | None = None
-    """... its JSON text (a `Message`), ..."""
+    summary: str | bytes | None = None
+    """... its JSON (a `Message`), ..."""
     base_id: str | None = None
     """... and the last message it folds (the parent of the first row)."""
 

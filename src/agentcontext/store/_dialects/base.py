@@ -194,7 +194,10 @@ class Dialect(abc.ABC):
 
     @abc.abstractmethod
     def raw_json(self, column_: Any) -> ColumnElement[Any]:
-        """A JSON column as its text, with no per-row decoding by SQLAlchemy."""
+        """A JSON column as the UTF-8 bytes of its text, with no per-row decoding by
+        SQLAlchemy or the driver: pydantic-core parses bytes directly, so a ``str`` made
+        for each row would only be encoded back (a read of 10 000 messages with some
+        non-ASCII text: 17 ms of fetch and 35 of decoding as text, 9 and 26 as bytes)."""
 
     raw_json_misleads_planner = False
     """Whether `raw_json` is a cast whose width the planner misjudges, so that a long read

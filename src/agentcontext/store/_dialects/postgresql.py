@@ -22,6 +22,7 @@ from sqlalchemy import (
     Connection,
     DateTime,
     Integer,
+    LargeBinary,
     Select,
     String,
     Table,
@@ -205,7 +206,7 @@ class PostgresDialect(Dialect):
         return value if value.tzinfo is UTC else value.astimezone(UTC)
 
     def raw_json(self, column_: Any) -> ColumnElement[Any]:
-        return cast(column_, Text)
+        return func.convert_to(cast(column_, Text), literal("UTF8"), type_=LargeBinary)
 
     def raw_time(self, column_: Any) -> ColumnElement[Any]:
         return type_coerce(column_, DateTime(timezone=True))

@@ -19,6 +19,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Integer,
+    LargeBinary,
     MetaData,
     Select,
     String,
@@ -26,6 +27,7 @@ from sqlalchemy import (
     Text,
     and_,
     bindparam,
+    cast,
     column,
     event,
     exists,
@@ -305,7 +307,7 @@ class SqliteDialect(Dialect):
         return moment if moment.tzinfo is not None else damaged_time(value)
 
     def raw_json(self, column_: Any) -> ColumnElement[Any]:
-        return type_coerce(column_, Text)
+        return cast(column_, LargeBinary)
 
     def raw_time(self, column_: Any) -> ColumnElement[Any]:
         return type_coerce(column_, Text)
