@@ -345,3 +345,42 @@ async def test_a_head_conflict_inside_the_callers_transaction_is_retried_on_a_sa
 
 async def _save_outside(engine: ContextEngine) -> str | None:
     return (await engine.save()).head_message_id
+
+
+async def test_sqlite_units_without_a_transaction_are_not_rolled_back(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read or a one-statement write opens no transaction on SQLite: giving its connection
+    # back to the pool needs no rollback, which through aiosqlite is a round trip to the
+    # driver's thread. A transaction that is open is still rolled back, and leaves nothing.
+    import aiosqlite
+
+    rollbacks: list[bool] = []
+    original = aiosqlite.Connection.rollback
+
+    async def counted(self: aiosqlite.Connection) -> None:
+        rollbacks.append(self.in_transaction)
+        await original(self)
+
+    monkeypatch.setattr(aiosqlite.Connection, "rollback", counted)
+    async with SqlContextStore(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}") as store:
+        engine = ContextEngine(store=store, chat_id="c", user_id="u")
+        for turn in range(3):
+            engine.set(user(f"question {turn}"), assistant_text(f"answer {turn}"))
+            await engine.save()
+        fresh = ContextEngine(store=store, chat_id="c", user_id="u")
+        assert len((await fresh.resolve()).messages) == 6
+        await fresh.rewind((await fresh.resolve()).messages[1].id)
+        assert rollbacks == []
+
+        async def give_up() -> None:
+            async with store.begin():
+                engine.set(user("never kept"))
+                await engine.save()
+                raise RuntimeError("the caller gives up")
+
+        with pytest.raises(RuntimeError):
+            await give_up()
+        assert rollbacks and all(rollbacks)  # each one inside the transaction it ended
+        assert len(await store.get_messages("c")) == 2  # the branch rewound to
+        assert await store.search_messages("c", "never kept") == []

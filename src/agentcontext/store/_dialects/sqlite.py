@@ -493,6 +493,12 @@ def is_memory(url: URL) -> bool:
     )
 
 
+def _outside_transaction(dbapi_connection: Any) -> bool:
+    """Whether SQLite has no transaction open on the connection (then a rollback is none)."""
+    driver = getattr(dbapi_connection, "_connection", dbapi_connection)  # under the adapter
+    return getattr(driver, "in_transaction", True) is False
+
+
 def install_hooks(engine: AsyncEngine, synchronous: str = "NORMAL") -> None:
     """Install the SQLite connection pragmas and the begin hook on an engine (once).
 
@@ -506,6 +512,13 @@ def install_hooks(engine: AsyncEngine, synchronous: str = "NORMAL") -> None:
         return
     sync_engine.__dict__["_agentcontext_hooks"] = True
     memory = is_memory(engine.url)
+    dialect = sync_engine.dialect
+    if hasattr(dialect, "skip_autocommit_rollback"):  # SQLAlchemy 2.0.43 and later
+        # A unit that opened no transaction (a read, a one-statement write) is not rolled
+        # back when its connection goes back to the pool: SQLite would do nothing, but the
+        # call would cost a round trip to the driver's thread.
+        dialect.skip_autocommit_rollback = True
+        dialect.detect_autocommit_setting = _outside_transaction  # type: ignore[method-assign,assignment]
 
     @event.listens_for(sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
