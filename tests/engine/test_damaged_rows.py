@@ -99,7 +99,9 @@ async def test_message_text_that_is_not_utf8_is_a_damaged_row_of_the_chain(
     # the bytes of its JSON, so such a row is named, not a failed read of the whole chain.
     sqlite_only(store_url)
     await seeded(make_engine)
-    await damage(store_url, "UPDATE messages SET data = CAST(x'7b22ff22' AS TEXT) WHERE id = 'c1-2'")
+    await damage(
+        store_url, "UPDATE messages SET data = CAST(x'7b22ff22' AS TEXT) WHERE id = 'c1-2'"
+    )
     with pytest.raises(CorruptDataError) as info:
         await make_engine().resolve()
     names_the_row(info.value, "messages", "c1", "c1-2")
