@@ -65,9 +65,10 @@ def _statement(dialect: Dialect, shape: str, plan: str) -> Any:
             )
             if dialect.raw_json_misleads_planner:
                 # The rows picked in a subquery the planner cannot merge (OFFSET 0), their
-                # JSON cast to text outside it: PostgreSQL guesses a cast 32 bytes wide, and
-                # with that guess read a chat's whole table and sorted it on disk (10 000
-                # messages: 20-26 ms of server time, against 6-9 ms through the index).
+                # JSON turned into bytes outside it: PostgreSQL guesses such an expression 32
+                # bytes wide, and with that guess read a chat's whole table and sorted it on
+                # disk (10 000 messages: 20-26 ms of server time, against 6-9 ms through the
+                # index).
                 picked = found.with_only_columns(*_columns(None, shape, M)).offset(0)
                 inner = picked.subquery("picked")
                 found = select(*_columns(dialect, shape, inner)).order_by(inner.c.depth)

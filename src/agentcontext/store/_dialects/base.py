@@ -200,8 +200,8 @@ class Dialect(abc.ABC):
         non-ASCII text: 17 ms of fetch and 35 of decoding as text, 9 and 26 as bytes)."""
 
     raw_json_misleads_planner = False
-    """Whether `raw_json` is a cast whose width the planner misjudges, so that a long read
-    should pick its rows in a subquery the planner cannot merge and cast them outside it."""
+    """Whether `raw_json` is an expression whose width the planner misjudges, so that a long
+    read should pick its rows in a subquery the planner cannot merge and apply it outside."""
 
     @abc.abstractmethod
     def raw_time(self, column_: Any) -> ColumnElement[Any]:
