@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, cast
 
 from pydantic import ValidationError
@@ -144,6 +144,9 @@ def _placeholders(messages: list[Message]) -> builtins.set[str]:
     return found
 
 
+_NEWEST = 2**63
+"""A version above any chat's: `ChainMemory.recall` of every chain held."""
+
 _OBJECT_BYTES = 1536
 """Estimated bytes of a decoded message besides its text (its objects and their dicts)."""
 
@@ -184,6 +187,8 @@ class ChainCopy:
     loaded: ChainRows | None
     dirty: frozenset[str]
     extra_bytes: int
+    branch_id: str | None = None
+    """The branch of the engine that left it (it serves any branch whose head it holds)."""
 
     def covers(self, head: str | None) -> bool:
         """Whether ``head`` is a message of this chain."""
@@ -282,7 +287,7 @@ class ChainCache:
         self.expected = None
         self.extra_bytes = 0
 
-    def copy(self, chat_key: tuple[str, object]) -> ChainCopy:
+    def copy(self, chat_key: tuple[str, object], branch_id: str | None = None) -> ChainCopy:
         """A copy of the chain as held now (its version must be one read from the store)."""
         assert self.version is not None
         loaded = self.loaded
@@ -304,6 +309,7 @@ class ChainCache:
             loaded=loaded,
             dirty=frozenset(self.dirty),
             extra_bytes=self.extra_bytes,
+            branch_id=branch_id,
         )
 
     def restore(self, held: ChainCopy) -> None:
@@ -646,7 +652,40 @@ class Conversation:
             return
         if saved and len(self.chain.ids) > CHEAP_COPY and memory.holds(key):
             return
-        memory.remember(self.chain.copy(key))
+        memory.remember(self.chain.copy(key, None if self.branch is None else self.branch.id))
+
+    def take_newer_saved(self, pending: Collection[str]) -> bool:
+        """Before a save, in the chat's write turn: start from the chain another engine of this
+        store saved on the branch since this one looked, when it continues this engine's chain
+        and holds none of the ``pending`` ids. The save then goes after the head that other
+        engine left, as it would after losing the race to it, without the refused write and
+        the read that would tell it so. False when the memory holds no such chain (the
+        store's compare-and-swap still decides)."""
+        memory, key, chain = self.store.chain_memory, self._chat_key, self.chain
+        if (
+            memory is None
+            or key is None
+            or self.branch is None
+            or chain.version is None
+            or chain.head is None
+            or self.store.current_transaction() is not None
+        ):
+            return False
+        summary = None if chain.summary is None else chain.summary.id
+        for held in memory.recall(key, _NEWEST):
+            if held.version <= chain.version:
+                return False  # newest first: nothing newer is held
+            if (
+                held.branch_id == self.branch.id
+                and held.index.get(chain.head) == len(chain.ids) - 1
+                and held.base == chain.base
+                and (None if held.summary is None else held.summary.id) == summary
+                and not any(message_id in held.index for message_id in pending)
+            ):
+                chain.restore(held)
+                memory.note_hit()
+                return True
+        return False
 
     async def _catch_up(self, head: str | None, version: int) -> bool:
         """Apply the changes since the cached version; False when a full load is needed."""

@@ -196,6 +196,10 @@ async def save_turn(conv: Conversation, messages: list[Message], *, branch: bool
         return await fork_for_update(conv, messages, on_chain[0])
     known: set[str] = set() if branch else set(on_chain)
     async with _writing(conv):
+        if expected == chain.head and conv.take_newer_saved([m.id for m in messages]):
+            # Another engine of this store saved on the branch while this one waited for its
+            # turn: go after what it left (the chain now held), as after losing the race.
+            expected = conv.chain.head
         return await _attempt(conv, messages, expected, known, branch=branch)
 
 

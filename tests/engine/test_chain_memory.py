@@ -162,6 +162,56 @@ async def test_a_growing_branch_is_held_once(store_url: str) -> None:
         assert [m.id for m in await fresh_view(store, "g0")][-2:] == ["g0-m10", "g0-fork"]
 
 
+async def test_a_save_goes_after_what_another_engine_saved_meanwhile(store_url: str) -> None:
+    """Two engines of one store resolve the same head; the second to save finds in the memory
+    the chain the first one saved and goes after it with one write: no refused write, no read
+    of the head it lost to. What is stored is what the race would have stored."""
+    from sqlalchemy import event
+
+    async with (
+        SqlContextStore(store_url) as store,
+        SqlContextStore(store_url, cache_bytes=0) as plain,
+    ):
+        seed = engine(store)
+        seed.set(user("hello", id="s1"), assistant_text("hi", id="s2"))
+        await seed.save()
+        first, second = engine(store), engine(store)
+        await first.resolve()
+        await second.resolve()
+        first.set(user("one", id="a1"), assistant_text("first answer", id="a2"))
+        await first.save()
+
+        statements: list[str] = []
+        sync_engine = store.engine.sync_engine
+
+        def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            statements.append(statement)
+
+        event.listen(sync_engine, "before_cursor_execute", seen)
+        try:
+            second.set(user("two", id="b1"), assistant_text("second answer", id="b2"))
+            saved = await second.save()
+        finally:
+            event.remove(sync_engine, "before_cursor_execute", seen)
+        writes = [s for s in statements if s.lstrip().upper().startswith(("INSERT", "WITH"))]
+        assert len(writes) == 1, statements
+        assert saved.head_message_id == "b2"
+        ids = ["s1", "s2", "a1", "a2", "b1", "b2"]
+        assert [m.id for m in (await second.resolve()).messages] == ids
+        assert [m.id for m in await fresh_view(plain)] == ids
+
+        # A stale engine whose pending ids the newer chain already holds (a retried save)
+        # does not take it: the store decides, as before.
+        third, late = engine(store), engine(store)
+        await third.resolve()
+        await late.resolve()
+        third.set(user("three", id="c1"))
+        await third.save()
+        late.set(user("three", id="c1"))
+        await late.save()
+        assert [m.id for m in await fresh_view(plain)] == [*ids, "c1"]
+
+
 @pytest.mark.parametrize(
     ("value", "error"),
     [
