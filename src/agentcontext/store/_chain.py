@@ -131,12 +131,12 @@ def _pick(
     if expected <= 0:
         return []
     if expected * 2 >= chat_size:
-        rows: list[Any] = list(
-            conn.execute(
-                _statement(dialect, shape, "scan"),
-                {"chat_id": chat_id, "stop_depth": stop_depth, "head_depth": head_depth},
-            ).all()
+        result = conn.execute(
+            _statement(dialect, shape, "scan"),
+            {"chat_id": chat_id, "stop_depth": stop_depth, "head_depth": head_depth},
         )
+        with gc_paused():  # the driver has the rows already: no await until they are Rows
+            rows: list[Any] = list(result.all())
         if not (len(rows) == expected and rows[-1][0] == head_id and _linked(rows)):
             # Other branches share the depth range: follow the parent links from the head.
             by_id = {row[0]: row for row in rows}
@@ -150,12 +150,12 @@ def _pick(
                 current = row[-2]
             rows.reverse()
     else:
-        rows = list(
-            conn.execute(
-                _statement(dialect, shape, "walk"),
-                {"head_id": head_id, "expected": expected, "chat_id": chat_id},
-            ).all()
+        result = conn.execute(
+            _statement(dialect, shape, "walk"),
+            {"head_id": head_id, "expected": expected, "chat_id": chat_id},
         )
+        with gc_paused():
+            rows = list(result.all())
         rows.reverse()
     # The chain as stored must be whole: the expected length, the depths its head's depth
     # counts down to, and a root (or the message it continues from) as its first parent.
