@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from agentcontext.store import MessageRecord, SqlContextStore
 from agentcontext.store._outline import OutlineMemory, Runs
 from agentcontext.store.base import outline_of
-from agentcontext.store.records import Fold
+from agentcontext.store.records import Branch, Fold
 from tests.helpers import rec
 
 
@@ -139,13 +139,21 @@ async def _check(store: SqlContextStore, chat_id: str, fold: int = 3) -> None:
         )
 
 
-async def test_the_store_never_serves_runs_older_than_the_chat(store: SqlContextStore) -> None:
-    chat = "kept"
+async def _chat_with_chain(
+    store: SqlContextStore, chat: str, prefix: str, count: int
+) -> tuple[Branch, list[MessageRecord]]:
+    """A new chat whose main branch holds ``count`` messages in a line (``{prefix}0`` first)."""
     await store.create_chat(chat, user_id="u")
     main = await store.get_active_branch(chat)
     assert main is not None
-    records = [rec(f"k{i}", chat, f"k{i - 1}" if i else None) for i in range(40)]
+    records = [rec(f"{prefix}{i}", chat, f"{prefix}{i - 1}" if i else None) for i in range(count)]
     await store.append_messages(main.id, records, expected_head=None)
+    return main, records
+
+
+async def test_the_store_never_serves_runs_older_than_the_chat(store: SqlContextStore) -> None:
+    chat = "kept"
+    main, records = await _chat_with_chain(store, chat, "k", 40)
     await _check(store, chat)
     hits = store._outlines.hits
     await _check(store, chat)
@@ -163,11 +171,7 @@ async def test_the_store_never_serves_runs_older_than_the_chat(store: SqlContext
     await _check(store, chat)
     # Deleted and created again: the same id and version, another chat.
     await store.delete_chat(chat)
-    await store.create_chat(chat, user_id="u")
-    main = await store.get_active_branch(chat)
-    assert main is not None
-    again = [rec(f"n{i}", chat, f"n{i - 1}" if i else None) for i in range(7)]
-    await store.append_messages(main.id, again, expected_head=None)
+    await _chat_with_chain(store, chat, "n", 7)
     await _check(store, chat)
 
 
@@ -175,11 +179,7 @@ async def test_runs_seen_inside_a_rolled_back_transaction_are_not_kept(
     store: SqlContextStore,
 ) -> None:
     chat = "rolled"
-    await store.create_chat(chat, user_id="u")
-    main = await store.get_active_branch(chat)
-    assert main is not None
-    base = [rec(f"r{i}", chat, f"r{i - 1}" if i else None) for i in range(12)]
-    await store.append_messages(main.id, base, expected_head=None)
+    await _chat_with_chain(store, chat, "r", 12)
     version = (await store.open_chat(chat, user_id="u")).version
     try:
         async with store.begin():

@@ -143,7 +143,7 @@ path of ``_messages.write`` and PostgreSQL's statement). Changing them takes a m
 
 _WRITTEN = M.alias("written")
 _SQLITE_SA = sqlite.dialect(paramstyle="qmark")
-_SQLITE_APPENDS: dict[tuple[int, bool], tuple[str, tuple[str, ...]]] = {}
+_SQLITE_APPENDS: dict[tuple[int, bool], str] = {}
 
 
 _ROW_PARAMETERS = (
@@ -162,14 +162,14 @@ def _positions(count: int) -> tuple[str, ...]:
     )
 
 
-def _sqlite_append(count: int, returning: bool) -> tuple[str, tuple[str, ...]]:
+def _sqlite_append(count: int, returning: bool) -> str:
     """The append of ``count`` rows: one INSERT into the view, with ``returning`` the version
     each message got (the subquery is correlated, so SQLite runs it after each row's trigger;
     reading it costs a round trip to the driver's thread).
 
-    Compiled once per row count here (SQLAlchemy does not cache multi-row INSERTs): its SQL and
-    the order of its parameters, run with ``exec_driver_sql``, which SQLAlchemy's events see
-    like any statement."""
+    Compiled once per row count here (SQLAlchemy does not cache multi-row INSERTs), its
+    parameters checked to come in the order of `_ROW_PARAMETERS`, row after row; run with
+    ``exec_driver_sql``, which SQLAlchemy's events see like any statement."""
     found = _SQLITE_APPENDS.get((count, returning))
     if found is None:
         written = (
@@ -205,7 +205,7 @@ def _sqlite_append(count: int, returning: bool) -> tuple[str, tuple[str, ...]]:
         names = tuple(compiled.positiontup or ())
         if names != _positions(count):
             raise AssertionError(f"unexpected order of the append's parameters: {names[:11]}")
-        found = (compiled.string, names)
+        found = compiled.string
         if len(_SQLITE_APPENDS) < 256:
             _SQLITE_APPENDS[count, returning] = found
     return found
@@ -358,7 +358,7 @@ class SqliteDialect(Dialect):
     ) -> int | None:
         touched = self.encode_time(touched_at)
         encode_time = self.encode_time
-        sql, _ = _sqlite_append(len(rows), report_version)
+        sql = _sqlite_append(len(rows), report_version)
         params: list[Any] = []  # in the order of `_ROW_PARAMETERS`, row after row
         for index, row in enumerate(rows):
             params += (
