@@ -10,10 +10,11 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Sequence
+from itertools import compress
 from typing import Any
 
 from agentcontext._display import tool_line
-from agentcontext.store._tokenizer import iter_tokens, tokens
+from agentcontext.store._tokenizer import tokens, word_hits
 
 PREVIEW_LENGTH = 50
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
@@ -35,42 +36,52 @@ def snippet(text: str, query: Sequence[str], *, words: int = SNIPPET_WORDS) -> s
     if not text:
         return ""
     wanted = set(query)
-    runs: list[list[Any]] = []  # [start, end, hit] per word of the text
-    first_hit: int | None = None
+    # Per word of the text (a run giving several tokens, CJK or ``½``, is one word): where it
+    # starts and ends, and whether it is a hit; a piece of the text at a time.
+    starts: list[int] = []
+    ends: list[int] = []
+    hit: list[bool] = []
+    first_hit = -1
     complete = True
-    for token, start, end in iter_tokens(text):
-        if runs and runs[-1][0] == start:  # one word giving several tokens (CJK, ½)
-            runs[-1][2] = runs[-1][2] or token in wanted
-        else:
-            if first_hit is not None and len(runs) > first_hit + 4 * words:
-                complete = False
-                break
-            runs.append([start, end, token in wanted])
-        if runs[-1][2] and first_hit is None:
-            first_hit = len(runs) - 1
-    if not runs:
+    for at, to, flags in word_hits(text, wanted):
+        if not at:
+            continue
+        if first_hit >= 0 and len(starts) > first_hit + 4 * words:  # past the window's reach
+            complete = False
+            break
+        starts += at
+        ends += to
+        hit += flags
+        if first_hit < 0 and True in flags:
+            first_hit = hit.index(True)
+        reach = first_hit + 4 * words + 1
+        if first_hit >= 0 and len(starts) > reach:
+            del starts[reach:], ends[reach:], hit[reach:]
+            complete = False
+            break
+    if not starts:
         return " ".join(text[: words * 8].split())
+    size = len(starts)
     begin = 0
-    if first_hit is not None:
-        hits = [i for i, run in enumerate(runs) if run[2]]
+    hits: list[int] = []
+    if first_hit >= 0:
+        hits = list(compress(range(size), hit))
         best, best_count = hits[0], 0
         for index, start in enumerate(hits):
             count = bisect.bisect_left(hits, start + words) - index
             if count > best_count:
                 best, best_count = start, count
-        begin = max(0, min(best - words // 4, len(runs) - words))
-    last = min(len(runs), begin + words) - 1
-    at_end = complete and last == len(runs) - 1
+        begin = max(0, min(best - words // 4, size - words))
+    last = min(size, begin + words) - 1
+    at_end = complete and last == size - 1
     pieces: list[str] = []
-    cursor = runs[begin][0]
-    for start, end, hit in runs[begin : last + 1]:
-        pieces.append(text[cursor:start])
-        pieces.append(f"{MARK_OPEN}{text[start:end]}{MARK_CLOSE}" if hit else text[start:end])
-        cursor = end
-    if at_end:
-        pieces.append(text[cursor:])
+    cursor = starts[begin]
+    for i in hits[bisect.bisect_left(hits, begin) : bisect.bisect_right(hits, last)]:
+        pieces += (text[cursor : starts[i]], MARK_OPEN, text[starts[i] : ends[i]], MARK_CLOSE)
+        cursor = ends[i]
+    pieces.append(text[cursor:] if at_end else text[cursor : ends[last]])
     body = " ".join("".join(pieces).split())
-    prefix = "…" if text[: runs[begin][0]].strip() else ""
+    prefix = "…" if text[: starts[begin]].strip() else ""
     return f"{prefix}{body}{'' if at_end else '…'}"
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate, chain, compress, count, zip_longest
 from operator import add, sub
@@ -41,6 +40,7 @@ __all__ = [
     "token_hash",
     "token_hashes",
     "tokens",
+    "word_hits",
 ]
 
 _WORD = re.compile(r"[^\W_]+")
@@ -214,8 +214,10 @@ def tokens(text: str) -> list[str]:
     return list(chain.from_iterable(chain.from_iterable(zip_longest(words, letters, fillvalue=()))))
 
 
-def _chunk_tokens(text: str, offset: int) -> Iterator[tuple[str, int, int]]:
-    """`iter_tokens` of a text that starts at ``offset`` of the whole one, between two runs."""
+def _chunk_columns(text: str, offset: int) -> tuple[list[str], list[int], list[int], bool]:
+    """The runs of a text that starts at ``offset`` of the whole one, between two runs: each
+    run folded, where it starts and ends, and whether a run may give other than one token (then
+    it gives what `_TOKEN` finds in it, maybe nothing)."""
     changes: list[tuple[str, str]] | None = []
     odd = False
     if not text.isascii():
@@ -233,16 +235,28 @@ def _chunk_tokens(text: str, offset: int) -> Iterator[tuple[str, int, int]]:
         folded = text.split(" ")
     lengths = list(map(len, runs))
     ends = list(map(add, accumulate(lengths), count(offset)))  # one separator after each run
-    spans = compress(zip(folded, map(sub, ends, lengths), ends, strict=True), folded)
-    if not odd:  # one token per run, unless it folded to nothing
+    starts = map(sub, ends, lengths)
+    # Runs that folded to nothing are no runs.
+    return (
+        list(compress(folded, folded)),
+        list(compress(starts, folded)),
+        list(compress(ends, folded)),
+        odd,
+    )
+
+
+def _run_tokens(run: str) -> list[str]:
+    """The tokens of one folded run of an odd text."""
+    return [run] if run.isascii() and run.isalnum() else _TOKEN.findall(run)
+
+
+def _chunk_tokens(text: str, offset: int) -> Iterator[tuple[str, int, int]]:
+    """`iter_tokens` of a text that starts at ``offset`` of the whole one, between two runs."""
+    runs, starts, ends, odd = _chunk_columns(text, offset)
+    spans = zip(runs, starts, ends, strict=True)
+    if not odd:  # one token per run
         return spans
-    out: list[tuple[str, int, int]] = []
-    for run, start, end in spans:
-        if run.isascii() and run.isalnum():
-            out.append((run, start, end))
-        else:
-            out.extend([(token, start, end) for token in _TOKEN.findall(run)])
-    return iter(out)
+    return iter([(token, start, end) for run, start, end in spans for token in _run_tokens(run)])
 
 
 _CHUNK = 4096
@@ -250,15 +264,19 @@ _CHUNK = 4096
 stops early does not pay for a long text's end."""
 
 
-def _chunks(text: str) -> Iterator[Iterator[tuple[str, int, int]]]:
+def _pieces(text: str) -> Iterator[tuple[str, int]]:
+    """``text`` cut between runs into pieces of about `_CHUNK` characters, with their offsets."""
     size = len(text)
+    if size <= _CHUNK:
+        yield text, 0
+        return
     begin = 0
     while begin < size:
         end = begin + _CHUNK
         if end < size:
             cut = _SEPARATOR.search(text, end)
             end = cut.start() if cut is not None else size
-        yield _chunk_tokens(text[begin:end], begin)
+        yield text[begin:end], begin
         begin = end
 
 
@@ -266,7 +284,26 @@ def iter_tokens(text: str) -> Iterator[tuple[str, int, int]]:
     """``(token, start, end)`` for every token; the span is the run of ``text`` it came from."""
     if len(text) <= _CHUNK:
         return _chunk_tokens(text, 0)
-    return chain.from_iterable(_chunks(text))
+    return chain.from_iterable(_chunk_tokens(piece, at) for piece, at in _pieces(text))
+
+
+def word_hits(text: str, wanted: set[str]) -> Iterator[tuple[list[int], list[int], list[bool]]]:
+    """The words of ``text`` a piece at a time (a word is a run giving at least one token):
+    where each starts and ends, and whether it gives one of the ``wanted`` tokens. Each piece
+    is folded and matched in a few C-level passes, so a caller may stop early cheaply."""
+    for piece, at in _pieces(text):
+        runs, starts, ends, odd = _chunk_columns(piece, at)
+        if not odd:
+            yield starts, ends, list(map(wanted.__contains__, runs))
+            continue
+        kept: tuple[list[int], list[int], list[bool]] = ([], [], [])
+        for run, start, end in zip(runs, starts, ends, strict=True):
+            found = _run_tokens(run)
+            if found:
+                kept[0].append(start)
+                kept[1].append(end)
+                kept[2].append(not wanted.isdisjoint(found))
+        yield kept
 
 
 def query_tokens(query: str) -> list[str]:
@@ -303,9 +340,11 @@ def score(doc: Sequence[str], query: Sequence[str], average_length: float) -> fl
     arithmetic on tokens: the same on every backend.
     """
     wanted = set(query)
-    counts = Counter(token for token in doc if token in wanted)
+    # (first position, count) of each query token the message holds, summed in the order the
+    # tokens first appear (so the float is the same whatever the order of the query).
+    counts = sorted((doc.index(token), doc.count(token)) for token in wanted if token in doc)
     norm = _K1 * (1 - _B + _B * len(doc) / average_length) if average_length else _K1
-    total = sum(tf * (_K1 + 1) / (tf + norm) for tf in counts.values())
+    total = sum(tf * (_K1 + 1) / (tf + norm) for _, tf in counts)
     if len(query) > 1 and len(counts) == len(wanted) and _in_a_row(doc, query):
         total += _PHRASE_BONUS
     return total
