@@ -32,6 +32,24 @@ def test_a_token_hash_is_the_crc32_of_its_utf8_moved_into_int4(token: str) -> No
     assert value == zlib.crc32(token.encode("utf-8")) - 2**31
 
 
+@given(st.lists(st.lists(TOKENS, max_size=8), max_size=6), st.integers(min_value=0, max_value=10))
+def test_token_hashes_are_the_same_when_the_remembered_ones_are_forgotten(
+    batches: list[list[str]], bound: int
+) -> None:
+    """Hashes are remembered per token; past a bound the memory starts afresh, and no array
+    changes: each is what the tokens' own hashes give."""
+    saved = _tokenizer._HASHED_AT_MOST, _tokenizer._hashed
+    _tokenizer._HASHED_AT_MOST, _tokenizer._hashed = bound, {}
+    try:
+        for tokens in batches + batches:
+            assert _tokenizer.token_hashes(tokens) == sorted(
+                {zlib.crc32(token.encode()) - 2**31 for token in tokens}
+            )
+            assert len(_tokenizer._hashed) <= max([bound, *map(len, map(set, batches))])
+    finally:
+        _tokenizer._HASHED_AT_MOST, _tokenizer._hashed = saved
+
+
 @given(st.lists(TOKENS, max_size=30))
 def test_token_hashes_are_distinct_ascending_and_in_int4(tokens: list[str]) -> None:
     hashes = _tokenizer.token_hashes(tokens)

@@ -364,8 +364,26 @@ def token_hash(token: str) -> int:
     return crc32(token.encode("utf-8")) - _INT4_OFFSET
 
 
+_hashed: dict[str, int] = {}
+"""`token_hash` of the tokens seen lately: a conversation's words recur, and a dictionary
+lookup of many tokens at once is C-level where hashing them is a Python step each. Replaced
+by a new one (not cleared) past `_HASHED_AT_MOST`, so a call under way in another thread
+keeps a consistent one."""
+_HASHED_AT_MOST = 1 << 16
+
+
 def token_hashes(tokens: Iterable[str]) -> list[int]:
     """The distinct `token_hash` values of ``tokens``, ascending (one canonical array per set
     of tokens). Two tokens may share a hash: a match of hashes only makes a message a
     candidate, whose tokens are then checked."""
-    return [value - _INT4_OFFSET for value in sorted({crc32(t.encode()) for t in set(tokens)})]
+    global _hashed
+    known = _hashed
+    distinct = set(tokens)
+    new = distinct.difference(known)
+    if new:
+        if len(known) + len(new) > _HASHED_AT_MOST:
+            known = _hashed = {}
+            new = distinct
+        for token in new:
+            known[token] = crc32(token.encode()) - _INT4_OFFSET
+    return sorted(set(map(known.__getitem__, distinct)))
