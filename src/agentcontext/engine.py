@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
 
@@ -154,6 +154,19 @@ def _check_store(store: object) -> None:
             f"store must be a ContextStore (such as SqlContextStore), got {v.type_name(store)}"
         )
     _STORE_TYPES.add(kind)
+
+
+_TOKEN_TYPES: dict[type, bool] = {}
+"""Whether stores of a type take consistency tokens (a protocol check is slow, and a save
+asks it every time)."""
+
+
+def _takes_tokens(store: object) -> bool:
+    kind = type(store)
+    found = _TOKEN_TYPES.get(kind)
+    if found is None:
+        found = _TOKEN_TYPES[kind] = isinstance(store, ConsistencyTokens)
+    return found
 
 
 class ContextEngine:
@@ -592,8 +605,8 @@ class ContextEngine:
             messages = self._pending_messages()
             result = await save_turn(self._conv, messages, branch=branch)
             self._pending.clear()
-            if isinstance(self._store, ConsistencyTokens):
-                token = self._store.consistency_token(self.chat_id)
+            if _takes_tokens(self._store):
+                token = cast(ConsistencyTokens, self._store).consistency_token(self.chat_id)
                 if token is not None:
                     result = result.model_copy(update={"consistency_token": token})
             return result
