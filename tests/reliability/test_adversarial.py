@@ -38,6 +38,7 @@ from agentcontext import (
     user,
 )
 from agentcontext.store import AppendResult, ChatExport, MessageRecord
+from agentcontext.store._database import driver_threads
 
 # --- 1. retried saves ------------------------------------------------------------------------
 
@@ -197,6 +198,7 @@ async def test_a_2_to_the_63_minus_1_limit_is_fine(store: SqlContextStore) -> No
 
 
 def test_one_store_in_two_event_loops_is_a_clear_error(store_url: str) -> None:
+    threads = driver_threads()
     store = SqlContextStore(store_url)
 
     async def first() -> None:
@@ -209,6 +211,11 @@ def test_one_store_in_two_event_loops_is_a_clear_error(store_url: str) -> None:
     asyncio.run(first())
     asyncio.run(second())
     asyncio.run(store.close())  # no raw RuntimeError either
+    # SQLite's connections are closed even so: no driver thread is left to report, later, to
+    # an event loop that has closed.
+    for thread in driver_threads() - threads:
+        thread.join(timeout=10)
+        assert not thread.is_alive()
 
 
 def test_one_store_in_two_threads_never_hangs(store_url: str) -> None:
@@ -228,6 +235,7 @@ def test_one_store_in_two_threads_never_hangs(store_url: str) -> None:
     for thread in threads:
         thread.join(timeout=30)
         assert not thread.is_alive(), "a thread hung"
+    asyncio.run(store.close())
     assert len(errors) == 2
     assert all(isinstance(e, StoreError) and "another event loop" in str(e) for e in errors)
 

@@ -817,9 +817,11 @@ class Database:
         except RuntimeError:  # pragma: no cover - close() is a coroutine
             loop = None
         if self._loop is not None and loop is not self._loop:
-            # The connections belong to another (maybe closed) loop: drop them unclosed.
+            # Used from another (maybe closed) loop. Connections that belong to that loop are
+            # dropped unclosed; SQLite's are closed here, or their driver threads would stay
+            # until the collector finds them, then report to whatever loop runs at that time.
             if self._owns_engine:
-                await self.engine.dispose(close=False)
+                await self.engine.dispose(close=not self.dialect.loop_bound_connections)
             if self.replicas is not None:
                 await self.replicas.close(close=False)
             return

@@ -339,13 +339,16 @@ def score(doc: Sequence[str], query: Sequence[str], average_length: float) -> fl
     bonus of 1 when the query (of two tokens or more) occurs in a row and in order. Pure
     arithmetic on tokens: the same on every backend.
     """
+    norm = _K1 * (1 - _B + _B * len(doc) / average_length) if average_length else _K1
+    if len(query) == 1:  # the usual search: one word
+        tf = doc.count(query[0])
+        return tf * (_K1 + 1) / (tf + norm) if tf else 0
     wanted = set(query)
     # (first position, count) of each query token the message holds, summed in the order the
     # tokens first appear (so the float is the same whatever the order of the query).
     counts = sorted((doc.index(token), doc.count(token)) for token in wanted if token in doc)
-    norm = _K1 * (1 - _B + _B * len(doc) / average_length) if average_length else _K1
     total = sum(tf * (_K1 + 1) / (tf + norm) for _, tf in counts)
-    if len(query) > 1 and len(counts) == len(wanted) and _in_a_row(doc, query):
+    if len(counts) == len(wanted) and _in_a_row(doc, query):
         total += _PHRASE_BONUS
     return total
 

@@ -111,6 +111,9 @@ class Dialect(abc.ABC):
     """The schema the store's tables live in (None: the database's default)."""
     atomic_needs_commit = False
     """Whether a lone statement runs inside a transaction to commit (behind PgBouncer)."""
+    loop_bound_connections: ClassVar[bool] = True
+    """Whether a connection belongs to the event loop that opened it, so that another loop
+    cannot close it (asyncpg's); aiosqlite's run on a thread of their own and close from any."""
 
     # --- engine -----------------------------------------------------------------------------
 

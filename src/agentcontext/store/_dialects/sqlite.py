@@ -220,6 +220,7 @@ class SqliteDialect(Dialect):
     options = frozenset({"sqlite_busy_timeout", "sqlite_synchronous"})
     append_chunk = 2000  # 11 values per row, well under SQLite's 32 766 bound values
     exact_candidates = True
+    loop_bound_connections = False
 
     # --- engine -----------------------------------------------------------------------------
 
