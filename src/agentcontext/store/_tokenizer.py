@@ -96,7 +96,17 @@ def _fold(run: str) -> str:
 class _Learnt:
     """What folding does to each character seen so far (ASCII needs nothing of this)."""
 
-    __slots__ = ("changing", "folds", "known", "marked", "marks", "odd", "plain", "separators")
+    __slots__ = (
+        "changing",
+        "cjk",
+        "folds",
+        "known",
+        "marked",
+        "marks",
+        "odd",
+        "plain",
+        "separators",
+    )
 
     def __init__(self) -> None:
         self.plain: set[str] = set(map(chr, range(128)))
@@ -112,6 +122,8 @@ class _Learnt:
         self.odd: set[str] = set()
         """Letters and digits whose run may give other than one token: CJK letters, and those
         folding to CJK letters or to what is neither letter nor digit."""
+        self.cjk: dict[str, str] = {}
+        """The odd characters: the CJK letters of their fold (maybe none)."""
         self.marks: dict[str, str] = {}
         """Letters and digits whose NFKD holds combining marks: those marks."""
         self.marked: set[str] = set()
@@ -128,6 +140,7 @@ class _Learnt:
             folded = _SEPARATOR.sub("\0", _fold(char))
             odd = "\0" in folded or _CJK.search(folded) is not None
             if odd:
+                self.cjk[char] = "".join(_CJK.findall(folded))
                 self.odd.add(char)
             if marks:
                 self.marks[char] = marks
@@ -154,10 +167,11 @@ def _forget() -> None:
     _learnt = _Learnt()
 
 
-def _look(text: str) -> tuple[set[str], list[tuple[str, str]] | None, str, bool]:
+def _look(text: str) -> tuple[set[str], list[tuple[str, str]] | None, str, bool, str | None]:
     """What folding ``text`` (not all ASCII) takes: the characters that separate runs, the
     others to replace and by what (``None``: too many, fold the text whole), the combining
-    marks to remove then, and whether a run may give other than one token."""
+    marks to remove then, whether a run may give other than one token, and then the CJK
+    letters the folded text holds (``None``: too many characters to say)."""
     size = len(text)
     if size > 96 and len(text.encode("utf-8", "surrogatepass")) - size < 32:  # few non-ASCII
         chars = set(_NON_ASCII.findall(text))
@@ -180,7 +194,9 @@ def _look(text: str) -> tuple[set[str], list[tuple[str, str]] | None, str, bool]
         marks = "".join([learnt.marks[char] for char in rest & learnt.marked])
     else:
         changes = [(char, learnt.folds[char]) for char in changing]
-    return rest & learnt.separators, changes, marks, not rest.isdisjoint(learnt.odd)
+    odd = rest & learnt.odd
+    letters = "".join([learnt.cjk[char] for char in odd]) if len(odd) <= _MANY else None
+    return rest & learnt.separators, changes, marks, bool(odd), letters
 
 
 def _fold_whole(text: str, marks: str) -> str:
@@ -194,7 +210,7 @@ def tokens(text: str) -> list[str]:
     """The tokens of ``text``, in order (see the module documentation)."""
     if text.isascii():
         return text.encode().translate(_ASCII_FOLD).decode().split()
-    separators, changes, marks, odd = _look(text)
+    separators, changes, marks, odd, letters = _look(text)
     for char in separators:
         text = text.replace(char, " ")
     if changes is None:
@@ -207,11 +223,16 @@ def tokens(text: str) -> list[str]:
         return text.split()
     if changes is None or len(text) <= 64:
         return _TOKEN.findall(text)
-    # Only letters, digits and spaces are left (NUL became a space): CJK letters one by one.
+    # Only letters, digits and spaces are left (NUL became a space): CJK letters one by one,
+    # a few distinct ones (CJK words in other text) each spaced apart in a pass of its own.
+    if letters is not None:
+        for letter in set(letters):
+            text = text.replace(letter, f" {letter} ")
+        return text.split()
     pieces = _CJK_RUNS.split(text)
     words = map(str.split, pieces[0::2])
-    letters = map(list, pieces[1::2])
-    return list(chain.from_iterable(chain.from_iterable(zip_longest(words, letters, fillvalue=()))))
+    runs = map(list, pieces[1::2])
+    return list(chain.from_iterable(chain.from_iterable(zip_longest(words, runs, fillvalue=()))))
 
 
 def _chunk_columns(text: str, offset: int) -> tuple[list[str], list[int], list[int], bool]:
@@ -221,7 +242,7 @@ def _chunk_columns(text: str, offset: int) -> tuple[list[str], list[int], list[i
     changes: list[tuple[str, str]] | None = []
     odd = False
     if not text.isascii():
-        separators, changes, marks, odd = _look(text)
+        separators, changes, marks, odd, _ = _look(text)
         for char in separators:
             text = text.replace(char, " ")
     text = text.encode().translate(_ASCII_FOLD).decode()  # the runs keep their spans
