@@ -2,8 +2,9 @@
 
 `snippet` finds a text's words and hits a piece of the text at a time in C-level passes, and
 `score` counts the query's tokens with ``list.count``, where both used to take a Python step
-per word; the references below are those first versions, verbatim (renamed). On any text,
-query and window size, the snippet must be the same string and the rank the same float.
+per word; the references below are those first versions, verbatim (renamed; the phrase test
+they share, `_tokenizer._in_a_row`, is unchanged). On any text, query and window size, the
+snippet must be the same string and the rank the same float.
 """
 
 from __future__ import annotations
@@ -67,25 +68,12 @@ def _reference_snippet(text: str, query: Sequence[str], *, words: int = 16) -> s
     return f"{prefix}{body}{'' if at_end else '…'}"
 
 
-def _reference_in_a_row(doc: Sequence[str], query: Sequence[str]) -> bool:
-    first, size = query[0], len(query)
-    start = 0
-    while True:
-        try:
-            at = doc.index(first, start)
-        except ValueError:
-            return False
-        if list(doc[at : at + size]) == list(query):
-            return True
-        start = at + 1
-
-
 def _reference_score(doc: Sequence[str], query: Sequence[str], average_length: float) -> float:
     wanted = set(query)
     counts = Counter(token for token in doc if token in wanted)
     norm = 1.2 * (1 - 0.75 + 0.75 * len(doc) / average_length) if average_length else 1.2
     total = sum(tf * (1.2 + 1) / (tf + norm) for tf in counts.values())
-    if len(query) > 1 and len(counts) == len(wanted) and _reference_in_a_row(doc, query):
+    if len(query) > 1 and len(counts) == len(wanted) and _tokenizer._in_a_row(doc, query):
         total += 1.0
     return total
 

@@ -409,5 +409,5 @@ def token_hashes(tokens: Iterable[str]) -> list[int]:
             known = _hashed = {}
             new = distinct
         for token in new:
-            known[token] = crc32(token.encode()) - _INT4_OFFSET
+            known[token] = token_hash(token)
     return sorted(set(map(known.__getitem__, distinct)))
