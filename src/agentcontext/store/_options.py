@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agentcontext import _validate as v
 from agentcontext._validate import dumps, loads
 from agentcontext.errors import InvalidInputError, InvalidTypeError
-from agentcontext.store import _dialects
+from agentcontext.store import _compiled, _dialects
 from agentcontext.store._database import Database
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._memory import DEFAULT_CACHE_BYTES
@@ -172,7 +172,8 @@ def make_engine(url: URL, options: StoreOptions) -> tuple[AsyncEngine, Dialect]:
     """The store's engine for ``url`` and its dialect (see `Dialect.make_engine`).
 
     No ping on checkout (a connection found dead is replaced and the unit run again when that
-    is safe), JSON read and written by the library's own functions.
+    is safe), JSON read and written by the library's own functions, SQL compiled once per
+    process for every engine of the same kind (`_compiled`).
     """
     dialect = _dialects.for_url(url, options)
     kwargs: dict[str, Any] = dict(options.engine_options or {})
@@ -186,7 +187,9 @@ def make_engine(url: URL, options: StoreOptions) -> tuple[AsyncEngine, Dialect]:
             kwargs[name] = value
     if options.connect_args:
         kwargs["connect_args"] = dict(options.connect_args)
-    return dialect.make_engine(url, options, kwargs), dialect
+    engine = dialect.make_engine(url, options, kwargs)
+    _compiled.share(engine, dict(options.engine_options or {}))
+    return engine, dialect
 
 
 MigrateMode = Literal["auto"] | bool
