@@ -367,7 +367,12 @@ def score(doc: Sequence[str], query: Sequence[str], average_length: float) -> fl
     wanted = set(query)
     # (first position, count) of each query token the message holds, summed in the order the
     # tokens first appear (so the float is the same whatever the order of the query).
-    counts = sorted((doc.index(token), doc.count(token)) for token in wanted if token in doc)
+    counts = []
+    for token in wanted:
+        tf = doc.count(token)
+        if tf:
+            counts.append((doc.index(token), tf))
+    counts.sort()
     total = sum(tf * (_K1 + 1) / (tf + norm) for _, tf in counts)
     if len(counts) == len(wanted) and _in_a_row(doc, query):
         total += _PHRASE_BONUS
