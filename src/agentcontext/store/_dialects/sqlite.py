@@ -259,6 +259,11 @@ class SqliteDialect(Dialect):
         if is_memory(url):
             kwargs.setdefault("poolclass", StaticPool)
             connect_args.setdefault("check_same_thread", False)
+        if url.get_driver_name() == "aiosqlite" and "module" not in kwargs:
+            from agentcontext.store._dialects.sqlite_driver import DBAPI
+
+            if DBAPI is not None:  # one hand-off to the driver's thread per statement
+                kwargs["module"] = DBAPI
         engine = create_async_engine(url, connect_args=connect_args, **kwargs)
         install_hooks(engine, synchronous_pragma(options.sqlite_synchronous))
         return engine
