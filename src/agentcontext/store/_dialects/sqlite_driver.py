@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import sqlite3
-from collections.abc import Sequence
 from typing import Any
 
 import aiosqlite
@@ -129,11 +128,9 @@ class _Dbapi(AsyncAdapt_aiosqlite_dbapi):
         return _Connection(self, adapted._connection)
 
 
-def _supported(connection: type[Any], names: Sequence[str]) -> bool:
-    return all(callable(getattr(connection, name, None)) for name in names)
-
-
 DBAPI: _Dbapi | None = (
-    _Dbapi(aiosqlite, sqlite3) if _supported(aiosqlite.Connection, ("_execute",)) else None
+    _Dbapi(aiosqlite, sqlite3)
+    if callable(getattr(aiosqlite.Connection, "_execute", None))
+    else None
 )
 """The module to give ``create_async_engine`` for an aiosqlite URL (None: keep SQLAlchemy's)."""
