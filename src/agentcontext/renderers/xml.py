@@ -12,10 +12,18 @@ well-formed):
 * Children are indented by 2 spaces per level. Text with a newline is put on its own lines,
   indented one level deeper than its tag.
 * A dict renders one child element per key; a nested fragment renders as its own element.
-* A fragment whose data is a list of exactly one text, number or dict renders as if its data
-  were that item, as in the original package: ``fragment("x", "text")`` is
+* A fragment whose data is a list of exactly one text, number, dict or fragment renders as if
+  its data were that item, as in the original package: ``fragment("x", "text")`` is
   ``<x>text</x>`` and a one-entry `glossary` holds its ``<term>`` and ``<expression>``
   directly (a list of several keeps one element per item).
+* An element whose whole content is one fragment (the fragment's data is that fragment, or a
+  list of just it, or a dict value is a fragment) does not repeat that fragment's element
+  when its data is a list holding anything but fragments: the list's items go straight
+  under the element, each named after the fragment, as in the original package.
+  ``fragment("sql_flags", glossary({...}))`` gives ``<sql_flags>`` holding one
+  ``<glossary>`` per entry, not ``<glossary>`` inside ``<glossary>``. A fragment whose list
+  holds only fragments keeps its element. The original does this for top-level fragments
+  only; here it applies at every level.
 * A list renders its items in order: a nested fragment as its own element, any other item
   in an element named after the singular of the list's name (``steps`` → ``<step>``,
   ``queries`` → ``<query>``, ``status`` → ``<status>``; see
@@ -144,16 +152,23 @@ class XmlRenderer(ContextRenderer):
     def render(self, fragments: Sequence[ContextFragment]) -> str:
         """Render the fragments as XML (a newline between top-level elements)."""
         out: list[str] = []
-        self._siblings(normalize_fragments(fragments), None, 0, out)
+        self._siblings(normalize_fragments(fragments), "item", None, 0, out)
         return "\n".join(out)
 
     # --- walking -----------------------------------------------------------------------------
 
     def _siblings(
-        self, items: Sequence[Value], list_tag: str | None, depth: int, out: list[str]
+        self,
+        items: Sequence[Value],
+        item_tag: str,
+        enclosing: str | None,
+        depth: int,
+        out: list[str],
     ) -> None:
-        """The items of a list whose element is ``list_tag`` (None for the top level)."""
-        item_tag = xml_name(singular(list_tag)) if list_tag is not None else "item"
+        """List items inside the element ``enclosing`` (None at the top level).
+
+        Fragments render as their own elements, other items as ``item_tag`` elements.
+        """
         if not self.group_fragments:
             for item in items:
                 if isinstance(item, Node):
@@ -166,7 +181,7 @@ class XmlRenderer(ContextRenderer):
                 self._element(item_tag, slot, depth, out)
                 continue
             tag = xml_name(plural(slot.name))
-            if len(slot.nodes) == 1 or tag == list_tag:
+            if len(slot.nodes) == 1 or tag == enclosing:
                 for node in slot.nodes:
                     self._fragment(node, depth, out)
                 continue
@@ -181,11 +196,24 @@ class XmlRenderer(ContextRenderer):
                 out.append(f"{pad}</{tag}>")
 
     def _fragment(self, node: Node, depth: int, out: list[str]) -> None:
-        """A fragment's element; a list of one text, number or dict renders as that item."""
+        """A fragment's element; a list of one item that is not a list renders as that item."""
         value = node.value
-        if type(value) is list and len(value) == 1 and not isinstance(value[0], (Node, list)):
+        if type(value) is list and len(value) == 1 and type(value[0]) is not list:
             value = value[0]
         self._element(xml_name(node.name), value, depth, out)
+
+    def _only_child(self, node: Node, parent: str, depth: int, out: list[str]) -> None:
+        """The one fragment an element holds, inside the element ``parent``.
+
+        When its data is a list holding anything but fragments, the items go straight
+        under ``parent``, each named after the fragment, instead of repeating its element
+        (``<sql_flags><glossary>…</glossary><glossary>…</glossary></sql_flags>``).
+        """
+        items = node.value
+        if type(items) is list and not all(isinstance(item, Node) for item in items):
+            self._siblings(items, xml_name(node.name), parent, depth, out)
+        else:
+            self._fragment(node, depth, out)
 
     def _element(self, tag: str, value: Value, depth: int, out: list[str]) -> None:
         pad = "  " * depth
@@ -203,12 +231,12 @@ class XmlRenderer(ContextRenderer):
         mark = len(out)
         out.append(f"{pad}<{tag}>")
         if isinstance(value, Node):
-            self._fragment(value, depth + 1, out)
+            self._only_child(value, tag, depth + 1, out)
         elif isinstance(value, dict):
             for key, item in value.items():
                 self._element(xml_name(key), item, depth + 1, out)
         else:
-            self._siblings(value, tag, depth + 1, out)
+            self._siblings(value, xml_name(singular(tag)), tag, depth + 1, out)
         if len(out) == mark + 1:
             out.pop()  # nothing inside: render nothing
         else:
