@@ -30,6 +30,7 @@ from agentcontext.store.protocols import ConversationStore, JoinedTransaction
 from agentcontext.store.records import (
     Branch,
     BranchInfo,
+    BranchState,
     ChainRows,
     Chat,
     ChatState,
@@ -173,7 +174,7 @@ class ChainCopy:
     (`ChainMemory`) for the next engine of the chat; its lists are its own."""
 
     chat_key: tuple[str, object]
-    """The chat's id and creation time (a chat deleted and created again is another)."""
+    """The chat's id and incarnation (a chat deleted and created again is another)."""
     head: str | None
     version: int
     size: int
@@ -467,6 +468,9 @@ class Conversation:
         """The caller's transaction (``store.using()``) the engine last worked in."""
         self.saved = False
         """Whether this engine has appended to the chat yet."""
+        self.incarnation: int | None = None
+        """Which insertion of the chat's row the engine opened (`ChatState.incarnation`): a
+        chat deleted and created again under its id since is another chat to this engine."""
 
     # --- a caller's transaction -------------------------------------------------------------
 
@@ -480,6 +484,7 @@ class Conversation:
         if not joined.rolled_back:
             return False
         self.chat, self.branch, self._opened = None, None, None
+        self.incarnation = None
         self.chain = ChainCache()
         self._initial_metadata = self._metadata  # merged again if the merge was undone
         return True
@@ -519,6 +524,7 @@ class Conversation:
             opened = None  # the version moved: the first sync reads the branch state
         self._initial_metadata = None
         self.chat, self.branch, self._opened = chat, state.branch, opened
+        self.incarnation = state.incarnation
         self._fresh = True
 
     def end_call(self) -> None:
@@ -550,10 +556,7 @@ class Conversation:
             depth, size = opened.head_depth, opened.message_count
             compactions = opened.has_compactions
         else:
-            state = await self.store.get_branch_state(self.branch.id)
-            if state is None:
-                chain.invalidate()
-                raise self.deleted_error()
+            state = self._current(await self.store.get_branch_state(self.branch.id))
             self.branch = state.branch
             self._fresh = True
             head, version = state.branch.head_message_id, state.version
@@ -594,11 +597,20 @@ class Conversation:
         )
         self.remember()
 
+    def _current(self, state: BranchState | None) -> BranchState:
+        """``state`` if it is of the chat this engine opened; `deleted_error` when the branch
+        is gone or the chat was deleted and created again since (nothing held of the chat
+        this engine opened may serve the new one)."""
+        if state is None or state.incarnation != self.incarnation:
+            self.chain.invalidate()
+            raise self.deleted_error()
+        return state
+
     # --- the store's memory of decoded chains -----------------------------------------------
 
     @property
     def _chat_key(self) -> tuple[str, object] | None:
-        return None if self.chat is None else (self.chat_id, self.chat.created_at)
+        return None if self.incarnation is None else (self.chat_id, self.incarnation)
 
     async def _recall(self, head: str, version: int) -> bool:
         """Start from a chain another engine of this store decoded (at ``version`` or before,
@@ -731,9 +743,7 @@ class Conversation:
         assert self.branch is not None
         if self._fresh:
             return self.branch.name  # read from the store during this call
-        state = await self.store.get_branch_state(self.branch.id)
-        if state is None:
-            raise self.deleted_error()
+        state = self._current(await self.store.get_branch_state(self.branch.id))
         self._fresh = True
         if state.branch.name != self.branch.name:
             self.branch = self.branch.model_copy(update={"name": state.branch.name})

@@ -8,7 +8,6 @@ store that keeps none (``cache_bytes=0``) over the same database. On SQLite and 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
 import uuid
@@ -20,6 +19,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agentcontext import (
+    ChatExport,
+    ChatNotFoundError,
     ContextEngine,
     ContextError,
     InvalidInputError,
@@ -226,9 +227,11 @@ def test_cache_bytes_is_checked(value: Any, error: type[Exception]) -> None:
         SqlContextStore("sqlite+aiosqlite:///:memory:", cache_bytes=value)
 
 
+STEPS = ["turn", "peer-turn", "edit", "rewind", "compact", "switch", "view"]
+STEPS += ["export", "restore", "recreate", "copy-into", "erase"]
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["turn", "peer-turn", "edit", "rewind", "compact", "switch", "view"]),
+        st.sampled_from(STEPS),
         st.integers(min_value=0, max_value=1000),
     ),
     min_size=1,
@@ -245,12 +248,29 @@ OPS = st.lists(
 @given(ops=OPS)
 @example(ops=[("turn", 0), ("view", 0), ("rewind", 1), ("view", 0), ("turn", 0), ("switch", 0)])
 @example(ops=[("turn", 0), ("turn", 0), ("compact", 0), ("view", 0), ("edit", 3), ("turn", 1)])
+@example(  # restored from before an in-place edit: a long-lived engine that saw the edit
+    # must not leave it in the memory as the restored chat's (same head, creation time, ids)
+    ops=[("turn", 0), ("export", 0), ("edit", 0), ("view", 0), ("restore", 0), ("view", 0)]
+)
+@example(  # ... nor once the restored chat reaches the version the memory holds the edit at
+    ops=[("turn", 0), ("export", 0), ("edit", 0), ("peer-turn", 0), ("restore", 0)]
+    + [("peer-turn", 0)] * 6
+)
+@example(  # a long-lived engine of the restored chat must not put its chain back
+    ops=[("turn", 0), ("export", 0), ("edit", 1), ("turn", 0), ("restore", 0), ("turn", 0)]
+)
+@example(ops=[("turn", 0), ("recreate", 0), ("view", 0), ("turn", 0), ("erase", 0), ("turn", 0)])
+@example(ops=[("turn", 0), ("export", 0), ("turn", 0), ("copy-into", 0), ("view", 0)])
 def test_fresh_engines_always_resolve_what_is_stored(
     store_url: str, ops: list[tuple[str, int]]
 ) -> None:
     """Random writes by engines of this store and of another one (a process without the
-    memory), rewinds, compactions and branch switches; after each, a fresh engine of the
-    store with the memory resolves exactly what a fresh engine without it resolves.
+    memory), rewinds, compactions and branch switches, and the chat deleted and created again
+    by another process: restored from an export (same creation time, branch and message ids,
+    its version starting over), re-created by a new first save, copied into its id, erased
+    with its user. After each step, a fresh engine of the store with the memory resolves
+    exactly what a fresh engine without it resolves; a long-lived engine of a chat deleted
+    under it says so (and is replaced), never serving or remembering the old chat.
 
     More examples: ``AGENTCONTEXT_MEMORY_EXAMPLES=500``."""
     chat = f"p-{uuid.uuid4().hex[:10]}"
@@ -259,11 +279,19 @@ def test_fresh_engines_always_resolve_what_is_stored(
 
 async def _scenario(url: str, chat: str, ops: list[tuple[str, int]]) -> None:
     counter = itertools.count()
+    exports: list[ChatExport] = []
     async with SqlContextStore(url) as store, SqlContextStore(url, cache_bytes=0) as other:
         mine = engine(store, chat)
         for op, n in ops:
-            with contextlib.suppress(ContextError):  # a refused step (documented) changes nothing
-                await _step(store, other, mine, chat, counter, op, n)
+            try:
+                await _step(store, other, mine, chat, counter, op, n, exports)
+            except ChatNotFoundError as exc:
+                if "was deleted while this engine had it open" in str(exc):
+                    # The chat was deleted (and maybe created again) under the long-lived
+                    # engine: it says so and stays out of it; a new engine takes over.
+                    mine = engine(store, chat)
+            except ContextError:
+                pass  # a refused step (documented) changes nothing
             with_memory = await fresh_view(store, chat)
             without = await fresh_view(other, chat)
             assert with_memory == without, (op, n)
@@ -278,8 +306,28 @@ async def _step(
     counter: Iterator[int],
     op: str,
     n: int,
+    exports: list[ChatExport],
 ) -> None:
-    if op in ("turn", "peer-turn"):
+    if op == "export":
+        exports.append(await other.export_chat(chat))
+        await other.delete_chat(f"{chat}-copy")
+        await other.copy_chat(chat, f"{chat}-copy")
+    elif op == "restore" and exports:
+        await other.delete_chat(chat)
+        await other.import_chat(exports[n % len(exports)])
+    elif op == "recreate":
+        chain = await fresh_view(other, chat)
+        await other.delete_chat(chat)
+        peer = engine(other, chat)
+        peer.set(*(user(f"again {n}", id=m.id) for m in chain[:2]))
+        if chain:
+            await peer.save()
+    elif op == "copy-into" and exports:
+        await other.delete_chat(chat)
+        await other.copy_chat(f"{chat}-copy", chat)
+    elif op == "erase":
+        await other.erase_user("u1")
+    elif op in ("turn", "peer-turn"):
         writer = mine if op == "turn" else engine(other, chat)
         k = next(counter)
         writer.set(user(f"q{k}", id=f"{chat}-{k}"), assistant_text(f"a{k}"))
@@ -292,6 +340,8 @@ async def _step(
             peer = engine(other, chat)
             peer.set(make(f"edited {n}", id=target.id))
             await peer.save(branch=False)
+    elif op == "view":
+        await mine.resolve()
     elif op == "rewind":
         chain = await mine.get_messages()
         if chain:

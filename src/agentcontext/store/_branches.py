@@ -218,7 +218,10 @@ _COMPACTED = exists(
     select(literal(1)).where(M.c.chat_id == C.c.id, M.c.type == literal_column("'compaction'"))
 )
 _STATE = (
-    select(*BRANCH_COLS, C.c.version, C.c.message_count, B.c.head_depth, _COMPACTED)
+    select(
+        *BRANCH_COLS, C.c.version, C.c.message_count, B.c.head_depth, _COMPACTED,
+        C.c.incarnation,
+    )
     .join_from(B, C, C.c.id == B.c.chat_id)
     .where(B.c.id == bindparam("branch_id"))
 )
@@ -238,6 +241,7 @@ def state(conn: Connection, dialect: Dialect, branch_id: str) -> BranchState | N
             "message_count": int(row[7]),
             "head_depth": int(row[8]),
             "has_compactions": bool(row[9]),
+            "incarnation": int(row[10]),
         },
     )
 
@@ -246,7 +250,7 @@ _CHAT_STATE = (
     select(
         C.c.id, C.c.user_id, C.c.title, C.c.metadata, C.c.created_at,
         C.c.updated_at, C.c.version, C.c.message_count, B.c.id, B.c.name, B.c.head_message_id,
-        B.c.created_at, B.c.head_depth, _COMPACTED,
+        B.c.created_at, B.c.head_depth, _COMPACTED, C.c.incarnation,
     )
     .select_from(C)
     .outerjoin(B, and_(B.c.chat_id == C.c.id, B.c.is_active))
@@ -280,6 +284,7 @@ def chat_state(conn: Connection, dialect: Dialect, chat_id: str) -> ChatState | 
             "message_count": int(row[7]),
             "head_depth": int(row[12]),
             "has_compactions": bool(row[13]),
+            "incarnation": int(row[14]),
         },
     )
 

@@ -4,6 +4,7 @@ connection (see ``_database``); arguments are checked by the caller."""
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -76,8 +77,14 @@ def insert_chat_row(conn: Connection, chat: Chat) -> None:
             created_at=chat.created_at,
             updated_at=chat.updated_at,
             version=1,
+            incarnation=new_incarnation(),
         )
     )
+
+
+def new_incarnation() -> int:
+    """A chat row's incarnation: random, never 0 (the rows inserted before revision 0009)."""
+    return secrets.randbits(62) + 1
 
 
 def insert_chat(conn: Connection, chat: Chat) -> None:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from agentcontext.store._database import Database
 
-HEAD_REVISION = "0008"
+HEAD_REVISION = "0009"
 """The newest revision of the packaged migrations (a test checks it against Alembic's)."""
 
 MigrateMode = Literal["auto"] | bool

@@ -22,6 +22,7 @@ from bisect import bisect_right
 from collections import Counter, OrderedDict
 from collections.abc import Collection, Iterable
 
+from agentcontext.store._memory import register
 from agentcontext.store.records import Fold
 
 __all__ = ["OutlineMemory", "Runs"]
@@ -147,6 +148,7 @@ class OutlineMemory:
         self._lock = threading.Lock()
         self.hits = 0
         """Outlines served from memory (statistics for tests and benchmarks)."""
+        register(self)
 
     def recall(self, chat_id: str, key: object) -> Runs | None:
         """The runs of the chat at ``key`` (its identity and version), or None."""

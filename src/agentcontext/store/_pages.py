@@ -111,7 +111,7 @@ def graph_outline(
     else from every message's id, parent and type, no JSON, left in ``memory``), then the full
     rows of the messages drawn only."""
     identity = conn.execute(
-        select(dialect.raw_time(C.c.created_at), C.c.version).where(C.c.id == chat_id)
+        select(C.c.incarnation, C.c.version).where(C.c.id == chat_id)
     ).first()
     if identity is None:
         raise ChatNotFoundError(f"chat {chat_id!r} does not exist")

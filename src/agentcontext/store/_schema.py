@@ -171,6 +171,10 @@ class ChatRow(Base):
     purged_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     """When ``purge`` last deleted messages of the chat (None if it never did): an id missing
     from a purged chat is named as purged, not only as unknown."""
+    incarnation: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    """Drawn at random each time the row is inserted: a chat deleted and created again under
+    its id (an import keeps its creation time and branch ids, and its version starts again) is
+    another chat to what a process remembers of it (0: inserted before revision 0009)."""
 
     __table_args__ = (
         Index("ix_chats_user_id_updated_at_id", "user_id", "updated_at", "id"),

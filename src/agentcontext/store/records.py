@@ -154,6 +154,8 @@ class BranchState(_Record):
     """Messages of the chat on all branches."""
     has_compactions: bool | None = None
     """Whether the chat holds compaction summaries (None: not known)."""
+    incarnation: int = 0
+    """Which insertion of the chat's row this is (see `ChatState.incarnation`)."""
 
 
 class ChatState(_Record):
@@ -171,6 +173,10 @@ class ChatState(_Record):
     has_compactions: bool | None = None
     """Whether the chat holds compaction summaries (None: not known). An engine loading the
     chain of a chat without any skips looking for one."""
+    incarnation: int = 0
+    """Drawn at random each time the chat's row is inserted: a chat deleted and created again
+    under its id (say, restored by an import, which keeps its creation time, branch ids, and
+    starts its version again) has another, so that nothing held of the deleted one serves it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ from agentcontext.store import (
 )
 from agentcontext.store._checks import check_metadata_filter, check_record, check_records, new_id
 from agentcontext.store._database import Database, Transaction, unit
-from agentcontext.store._memory import DEFAULT_CACHE_BYTES, ChainMemory
+from agentcontext.store._memory import DEFAULT_CACHE_BYTES, ChainMemory, forget_everywhere
 from agentcontext.store._migrate import MigrateMode
 from agentcontext.store._options import StoreOptions, open_database
 from agentcontext.store._outline import OutlineMemory
@@ -307,7 +307,7 @@ class SqlContextStore(ContextStore):
         v.check_optional_id(user_id, "user_id")
         write = unit(_chats.delete_chat, self._dialect, chat_id, user_id)
         deleted: bool = await self.db.run("write", write, chat=chat_id)
-        self._memory.forget(chat_id)
+        forget_everywhere(chat_id)
         return deleted
 
     # --- messages ---------------------------------------------------------------------------
@@ -655,21 +655,21 @@ class SqlContextStore(ContextStore):
         report: PruneReport = await self.db.run(
             "write", unit(_retention.prune, self._dialect, cutoff, user_id)
         )
-        self._memory.forget(*report.chat_ids)
+        forget_everywhere(*report.chat_ids)
         return report
 
     async def purge(self, chat_id: str) -> PurgeReport:
         v.check_id(chat_id, "chat_id")
         write = unit(_retention.purge, self._dialect, chat_id)
         report: PurgeReport = await self.db.run("write", write, chat=chat_id)
-        self._memory.forget(chat_id)
+        forget_everywhere(chat_id)
         return report
 
     async def erase_user(self, user_id: str) -> ErasureReport:
         v.check_id(user_id, "user_id")
         write = unit(_retention.erase_user, self._dialect, user_id)
         report: ErasureReport = await self.db.run("write", write)
-        self._memory.forget(*report.chat_ids)
+        forget_everywhere(*report.chat_ids)
         return report
 
     async def copy_chat(
