@@ -122,6 +122,36 @@ async def test_a_chat_deleted_and_created_again_is_another_chat(store_url: str) 
         assert [m.text for m in await fresh_view(other)] == ["new text"]
 
 
+async def test_removals_leave_no_decoded_copy_in_any_store_of_the_process(
+    store_url: str,
+) -> None:
+    """``erase_user``, ``purge`` and ``delete_chat`` through one store drop what every store
+    of the process holds of those chats (decoded chains and outlines), not only its own."""
+    async with SqlContextStore(store_url) as store_a, SqlContextStore(store_url) as store_b:
+        for chat in ("e1", "e2", "kept"):
+            writer = ContextEngine(
+                store=store_a, chat_id=chat, user_id="gone" if chat != "kept" else "u1"
+            )
+            writer.set(user(f"secret of {chat}", id=f"{chat}-m0"))
+            await writer.save()
+        for chat, owner in (("e1", "gone"), ("e2", "gone"), ("kept", "u1")):
+            await ContextEngine(store=store_b, chat_id=chat, user_id=owner).resolve()
+            await store_b.graph_outline(chat)
+        held = {e.chat_key[0] for entries in store_b.chain_memory._chats.values() for e in entries}
+        assert held == {"e1", "e2", "kept"}
+        report = await store_a.erase_user("gone")
+        assert sorted(report.chat_ids) == ["e1", "e2"]
+        held = {e.chat_key[0] for entries in store_b.chain_memory._chats.values() for e in entries}
+        assert held == {"kept"}
+        assert set(store_b._outlines._held) == {"kept"}
+        await store_a.purge("kept")
+        assert len(store_b.chain_memory) == 0
+        assert not store_b._outlines._held
+        await ContextEngine(store=store_b, chat_id="kept", user_id="u1").resolve()
+        assert await store_a.delete_chat("kept")
+        assert len(store_b.chain_memory) == 0
+
+
 async def test_the_memory_stays_within_its_bound(store_url: str) -> None:
     bound = 40_000
     async with SqlContextStore(store_url, cache_bytes=bound) as store:
