@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -89,6 +90,30 @@ class Standby:
         _run(
             [str(BINARIES / "pg_ctl"), "stop", "-w", "-t", "60", "-m", "fast", "-D", str(self.data)]
         )
+
+    def _processes(self) -> list[int]:
+        """The postmaster's process id and every process below it."""
+        pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        found, todo = [], [pid]
+        while todo:
+            current = todo.pop()
+            found.append(current)
+            children = subprocess.run(
+                ["pgrep", "-P", str(current)], capture_output=True, text=True, check=False
+            ).stdout.split()
+            todo.extend(int(child) for child in children)
+        return found
+
+    def freeze(self) -> None:
+        """Stop every process of the server (SIGSTOP): it accepts TCP connections and reads
+        nothing, like a hung host or a paused virtual machine."""
+        for pid in self._processes():
+            os.kill(pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """Let a frozen server run again (SIGCONT)."""
+        for pid in self._processes():
+            os.kill(pid, signal.SIGCONT)
 
     @property
     def running(self) -> bool:

@@ -213,6 +213,7 @@ async def test_a_store_reads_its_own_writes_however_far_behind_the_replica(
         await pair.resume()
         store.db.replicas.wait = 30.0  # type: ignore[union-attr]
         replica = store.db.replicas.replicas[0]  # type: ignore[union-attr]
+        replica.behind_until = float("-inf")  # found behind a moment ago: not waited for
         served = replica.reads
         assert await _history(store, "c1") == ["one", "re: one", "two", "re: two"]
         assert replica.reads > served
@@ -348,6 +349,170 @@ async def test_a_stopped_standby_is_skipped_with_a_warning(
         served = replicas.replicas[0].reads
         assert await _history(store, "c1") == ["one", "re: one", "two", "re: two"]
         assert replicas.replicas[0].reads > served
+
+
+def _positions_asked(statements: list[str]) -> int:
+    return sum("pg_last_wal_replay_lsn" in statement for statement in statements)
+
+
+async def test_a_replica_found_behind_is_waited_for_once(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replica behind this store's writes costs one read its ``replica_wait``; the reads
+    right after it go to the primary without asking the replica again."""
+    async with SqlContextStore(
+        pair.primary, read_replicas=[pair.replica], replica_wait=0.2
+    ) as store:
+        replicas = store.db.replicas
+        assert replicas is not None
+        replica = replicas.replicas[0]
+        replicas.lag_seconds = 3600.0  # "a moment" that outlasts the test however slow it runs
+        seen = _counted(replica.engine)
+        await pair.pause()
+        await _save_turn(store, "c1", "one")
+        with caplog.at_level(logging.WARNING, logger="agentcontext"):
+            assert await _history(store, "c1") == ["one", "re: one"]
+        assert "had not replayed" in caplog.text
+        asked = _positions_asked(seen)
+        assert asked >= 1
+        primary_reads = replicas.primary_reads
+        for _ in range(5):  # fresh engines: each reads the chat's state and its chain
+            assert await _history(store, "c1") == ["one", "re: one"]
+        assert _positions_asked(seen) == asked, "a replica known to be behind was asked again"
+        assert replicas.primary_reads >= primary_reads + 5
+        # Reads it can serve still go to it: another task's read of a chat this store never
+        # wrote (this task's reads stay at least as new as the primary's it last read).
+        served = replica.reads
+        assert await asyncio.create_task(_history(store, "never-written")) == []
+        assert replica.reads > served
+
+
+async def test_a_frozen_replica_costs_a_bounded_wait_then_is_skipped(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A standby whose processes are stopped (SIGSTOP: a hung host, a paused VM) answers
+    nothing. A read gives up on it after ``replica_wait`` plus the connect bound, the primary
+    serves, and the replica is skipped for its back-off: the reads after it do not try it.
+    Before, a fresh engine's resolve() was still waiting after 150 s."""
+    async with SqlContextStore(pair.primary) as writer:
+        await _save_turn(writer, "c1", "one")
+    await _replayed(pair.primary, pair.replica)
+    async with SqlContextStore(
+        pair.primary, read_replicas=[pair.replica], replica_wait=0.1
+    ) as warm:
+        replicas = warm.db.replicas
+        assert replicas is not None
+        replicas.retry_seconds = 3600.0
+        assert await _history(warm, "c1") == ["one", "re: one"]  # a pooled connection now
+        assert replicas.replicas[0].reads > 0
+        seen = _counted(replicas.replicas[0].engine)
+        pair.standby.freeze()
+        try:
+            with caplog.at_level(logging.WARNING, logger="agentcontext"):
+                # Bounds far above the promise: the failure this guards against is a hang.
+                await _save_turn(warm, "c1", "two")
+                history = await asyncio.wait_for(_history(warm, "c1"), 60)
+                assert history == ["one", "re: one", "two", "re: two"]
+                tried = len(seen)
+                for _ in range(5):
+                    assert await asyncio.wait_for(_history(warm, "c1"), 60) == history
+                    assert await asyncio.wait_for(warm.list_chats(), 60)
+                assert len(seen) == tried, "a replica skipped for its back-off was tried again"
+                # A store opened now: its first connection to the replica never completes.
+                async with SqlContextStore(
+                    pair.primary, read_replicas=[pair.replica], replica_wait=0.1
+                ) as cold:
+                    assert await asyncio.wait_for(_history(cold, "c1"), 60) == history
+                    assert cold.db.replicas.primary_reads > 0  # type: ignore[union-attr]
+                    await asyncio.wait_for(cold.close(), 60)  # gives up on what hangs
+            assert "did not answer" in caplog.text or "cannot be reached" in caplog.text
+        finally:
+            pair.standby.thaw()
+        # Thawed and past its back-off: it serves again.
+        for replica in replicas.replicas:
+            replica.down_until = float("-inf")
+            replica.behind_until = float("-inf")
+        replicas.wait = 30.0
+        await _replayed(pair.primary, pair.replica)
+        served = replicas.replicas[0].reads
+        assert await _history(warm, "c1") == history
+        assert replicas.replicas[0].reads > served
+
+
+async def test_a_task_reads_on_one_replica_whatever_it_names(pair: Pair) -> None:
+    """The reads of one task stay on the replica of its last read, the ones that name no chat
+    (a branch the store has not seen, a message chain) included, so one engine call never
+    reads a state from one replica and what changed since from another."""
+    async with SqlContextStore(pair.primary) as writer:
+        await _save_turn(writer, "c1", "hello")
+    await _replayed(pair.primary, pair.replica)
+    twins = [create_async_engine(pair.replica) for _ in range(3)]
+    try:
+        async with SqlContextStore(pair.primary, read_replicas=twins) as store:
+            replicas = store.db.replicas
+            assert replicas is not None
+            seen = {id(r): _counted(r.engine) for r in replicas.replicas}
+            for _ in range(3):
+                context = ContextEngine(store=store, chat_id="c1", user_id="u")
+                messages = (await context.resolve()).messages
+                head = messages[-1].id
+                assert [m.id for m in await store.get_message_chain(head)] == [
+                    m.id for m in messages
+                ]
+                assert (await store.get_branch_state(context._conv.branch.id)) is not None  # type: ignore[union-attr]
+                assert await context.first_user_message() is not None
+            used = [key for key, statements in seen.items() if statements]
+            assert len(used) == 1, "one task's reads went to several replicas"
+    finally:
+        for engine in twins:
+            await engine.dispose()
+
+
+async def test_a_forged_token_is_refused_and_slows_nothing(pair: Pair) -> None:
+    """A well-formed token beyond the primary's log (forged, or from another database) is
+    refused at the first read it would delay; it raises no floor, so the chat and every read
+    naming no chat are served as before. Tokens at or behind the primary are floors of their
+    own chat only."""
+    async with SqlContextStore(pair.primary) as writer:
+        await _save_turn(writer, "c1", "one")
+        await _save_turn(writer, "c2", "two")
+    await _replayed(pair.primary, pair.replica)
+    async with SqlContextStore(
+        pair.primary, read_replicas=[pair.replica], replica_wait=0.05
+    ) as store:
+        replicas = store.db.replicas
+        assert replicas is not None
+        replica = replicas.replicas[0]
+        forged = ContextEngine(store=store, chat_id="c1", user_id="u", after="FFFFFFFF/FFFFFFFF")
+        with pytest.raises(InvalidInputError, match="ahead of the primary"):
+            await forged.resolve()
+        served, primary_reads = replica.reads, replicas.primary_reads
+        assert await _history(store, "c1") == ["one", "re: one"]
+        assert len(await store.list_chats()) == 2
+        assert await store.search_user_messages("u", "two")
+        assert replica.reads > served
+        assert replicas.primary_reads == primary_reads, "a refused token slowed later reads"
+        # Every well-formed token gives a typed result: "0/0" asks for nothing.
+        for token in ("0/0", "0/1"):
+            engine = ContextEngine(store=store, chat_id="unseen", user_id="u", after=token)
+            assert (await engine.resolve()).messages == []
+        # A real token raises its own chat's floor, and no other.
+        await pair.pause()
+        token = await _save_turn(store, "c2", "three")
+        assert token is not None
+    async with SqlContextStore(
+        pair.primary, read_replicas=[pair.replica], replica_wait=0.05
+    ) as reader:
+        replicas = reader.db.replicas
+        assert replicas is not None
+        after = await _history_after(reader, "c2", token)
+        assert after[-2:] == ["three", "re: three"]
+        served = replicas.replicas[0].reads
+        # Another task (this one's reads stay as new as the primary's it last read): not held
+        # to c2's token.
+        assert await asyncio.create_task(_history(reader, "c1")) == ["one", "re: one"]
+        assert replicas.replicas[0].reads > served
+    await pair.resume()
 
 
 async def test_a_writer_that_read_a_stale_replica_grafts_its_turn(pair: Pair) -> None:

@@ -4,9 +4,18 @@ A store with ``read_replicas=[...]`` keeps, per chat, the primary's WAL position
 last write it committed to that chat (its *floor*). A read of a chat goes to a replica whose
 replayed position is at least that floor; positions only move forward, so a position seen once
 stays a safe lower bound and most reads ask no replica anything. A replica behind the floor is
-polled until ``replica_wait`` seconds have passed, then the primary serves. A replica that is
-down, fails a read or is not a standby is skipped for `RETRY_SECONDS`, with a warning on the
-``agentcontext`` logger (at most one per replica and `WARN_SECONDS`).
+polled until ``replica_wait`` seconds have passed, then the primary serves, and the replica is
+passed over at once by the reads it cannot serve for `LAG_SECONDS` (a run of reads waits once,
+not each time).
+
+No replica call waits for ever: asking a replica its position, or reading from it, is bounded
+by ``replica_wait`` plus `CONNECT_SECONDS` (a read still running then is allowed on only if the
+replica answers a position query within the same bound). A replica that does not answer
+(a hung host, a paused virtual machine, a path that drops packets), is down, fails a read or is
+not a standby is skipped for its back-off (`RETRY_SECONDS`, doubling while it keeps failing, at
+most `MAX_RETRY_SECONDS`), with a warning on the ``agentcontext`` logger (at most one per
+replica and reason in `WARN_SECONDS`). A call given up on is cancelled in the background (its
+connection is closed, not returned) and ``close()`` waits for it.
 
 What a read cannot tie to a chat waits for everything this store wrote. Writes whose position
 is unknown (a caller's transaction committed later, a failed or refused write, a position
@@ -14,13 +23,17 @@ query that failed) make the next read of their chats ask the primary for its pos
 Writes, compare-and-swap and everything inside ``store.using()`` / ``store.begin()`` run on the
 primary (`Database.run` decides; this module only serves reads).
 
-One caller's reads of a chat never go back in time: the reads of one engine call (a state,
-then the changes since it) must not come from two servers, the second behind the first. So a
-task's reads of a chat stay on the replica that served its last read of it (for `PIN_SECONDS`
-after that read); when the primary served one instead, the primary's position after it becomes
-that task's floor for the chat, and any replica that has replayed that far may serve again.
+A caller's reads never go back in time: the reads of one engine call (a state, then the
+changes since it) must not come from two servers, the second behind the first. So a task's
+reads stay on the replica that served its last read (for `PIN_SECONDS` after that read,
+whatever chat they name); when the primary served one instead, the primary's position after
+it becomes that task's floor, and any replica that has replayed that far may serve again.
 
-A consistency token is a position written as PostgreSQL writes an LSN (``"0/16B3748"``).
+A consistency token is a position written as PostgreSQL writes an LSN (``"0/16B3748"``). A
+token passed in (``ContextEngine(..., after=token)``) raises the floor of its own chat only,
+once the primary has been seen at or past it: a token ahead of the primary's log (forged, or
+from another database) is refused with `InvalidInputError` at the first read it would delay,
+and raises nothing.
 """
 
 from __future__ import annotations
@@ -63,14 +76,26 @@ class Database(Protocol):
 
 
 RETRY_SECONDS = 5.0
-"""How long a replica that failed is left alone before it is tried again."""
+"""How long a replica that failed is left alone before it is tried again (doubled after every
+failure in a row, up to `MAX_RETRY_SECONDS`)."""
+MAX_RETRY_SECONDS = 60.0
+CONNECT_SECONDS = 1.0
+"""Beyond ``replica_wait``, how long a replica may take to answer (opening a connection
+included) before it counts as not answering."""
+QUIET_SECONDS = 1.0
+"""A replica not heard from for this long is asked its position before a read goes there (so
+one that stopped answering meanwhile costs the read one bounded question, not a read that
+hangs)."""
+LAG_SECONDS = 1.0
+"""How long a replica found behind a read's floor is passed over, without waiting, by reads
+it has not replayed yet."""
 WARN_SECONDS = 30.0
 """At most one warning per replica and reason in this many seconds."""
 MAX_CHATS = 100_000
 """Chats whose floor is remembered one by one; older ones raise the floor of every read."""
 MAX_REPLICAS = 64
 PIN_SECONDS = 5.0
-"""How long after a task's read of a chat its next read of it stays where that one ran."""
+"""How long after a task's read its next read stays where that one ran."""
 _UNKNOWN = 2**64
 """The floor after a read of the primary whose position is unknown: the primary serves."""
 
@@ -99,14 +124,21 @@ def parse_token(token: object, name: str = "after") -> int:
     return (int(match.group(1), 16) << 32) | int(match.group(2), 16)
 
 
+class _NoAnswer(Exception):
+    """Internal: a replica did not answer within the bound (it was skipped)."""
+
+
 class Replica:
     """One read replica: its engine and what the store knows of it."""
 
     __slots__ = (
+        "asking",
+        "behind_until",
         "checked_at",
         "down_until",
         "engine",
-        "lock",
+        "failures",
+        "heard_at",
         "name",
         "owned",
         "position",
@@ -125,15 +157,22 @@ class Replica:
         self.checked_at = float("-inf")
         """When the query that gave `position` started (event loop time)."""
         self.down_until = float("-inf")
+        self.failures = 0
+        """Failures in a row (its back-off doubles with each)."""
+        self.behind_until = float("-inf")
+        """Until then, reads it has not replayed go to the primary without waiting for it."""
+        self.heard_at = float("-inf")
+        """When it last answered (a position query or a read)."""
         self.reads = 0
         """Reads this replica served."""
         self.warned: dict[str, float] = {}
-        self.lock: asyncio.Lock | None = None
+        self.asking: asyncio.Future[None] | None = None
+        """The position query out now, which callers that ask meanwhile wait for."""
 
 
 class Pin:
-    """Where a task's last read of a chat ran: a replica, or the primary and its position
-    after the read (a floor for the task's next reads of the chat)."""
+    """Where a task's last read ran: a replica, or the primary and its position after the read
+    (a floor for the task's next reads)."""
 
     __slots__ = ("expires", "floor", "replica")
 
@@ -151,20 +190,27 @@ class Replicas:
         self.dialect = dialect
         self.wait = wait
         self.retry_seconds = RETRY_SECONDS
+        self.lag_seconds = LAG_SECONDS
         self.primary_reads = 0
         """Reads the primary served although replicas were configured."""
         self._floors: OrderedDict[str, int] = OrderedDict()
         self._anon = 0
         """Floor of every read: writes that named no chat, chats forgotten (`MAX_CHATS`)."""
         self._top = 0
-        """Everything this store wrote or was told about: the floor of a read of no chat."""
+        """Everything this store wrote: the floor of a read of no chat."""
         self._pending: set[str] = set()
         self._pending_anon = False
+        self._told: OrderedDict[str, int] = OrderedDict()
+        """Positions of tokens passed in, by chat, not yet known to be behind the primary."""
+        self._primary_seen = 0
+        """The highest position the primary's log was seen at (tokens up to it are real)."""
         self._branches: OrderedDict[str, str] = OrderedDict()
         """Branch id → chat id, learned from what the store read (a branch never moves)."""
         self._next = 0
-        self._pins: weakref.WeakKeyDictionary[object, dict[str, Pin]] = weakref.WeakKeyDictionary()
-        """By task, by chat: where the task's last read of the chat ran (`Pin`)."""
+        self._pins: weakref.WeakKeyDictionary[object, Pin] = weakref.WeakKeyDictionary()
+        """By task: where the task's last read ran (`Pin`)."""
+        self._abandoned: set[asyncio.Future[Any]] = set()
+        """Calls given up on (cancelled, settling in the background)."""
 
     # --- what this store wrote ------------------------------------------------------------------
 
@@ -175,6 +221,7 @@ class Replicas:
             self.uncertain(chats)
             return
         self._top = max(self._top, position)
+        self._primary_seen = max(self._primary_seen, position)
         if not chats:
             self._anon = max(self._anon, position)
         for chat_id in chats:
@@ -199,7 +246,8 @@ class Replicas:
         if anon:
             self._pending_anon = False
             self.wrote((), position)
-        self.wrote(marked, position)
+        if marked:  # (none marked is not "a write that named no chat")
+            self.wrote(marked, position)
 
     def uncertain(self, chats: Collection[str]) -> None:
         """``chats`` (none: anything) may have changed on the primary after the floors known."""
@@ -209,9 +257,19 @@ class Replicas:
             self._pending_anon = True
 
     def told(self, chat_id: str, position: int) -> None:
-        """Reads of ``chat_id`` see what was committed at ``position`` (a token passed in)."""
-        self._top = max(self._top, position)
-        self._raise(chat_id, position)
+        """Reads of ``chat_id`` see what was committed at ``position`` (a token passed in).
+
+        Only the chat's own floor rises, and only once the primary is known to have reached
+        ``position``: a token beyond what the primary was seen at is checked against it at
+        the next read of the chat (`floor`)."""
+        if position <= self._primary_seen:
+            self._raise(chat_id, position)
+            return
+        if self._told.get(chat_id, -1) < position:
+            self._told[chat_id] = position
+        self._told.move_to_end(chat_id)
+        while len(self._told) > MAX_CHATS:
+            self._told.popitem(last=False)
 
     def token(self, chat_id: str) -> str | None:
         """The consistency token of the last write this store committed to ``chat_id``."""
@@ -234,7 +292,7 @@ class Replicas:
         return self._branches.get(branch_id)
 
     def _raise(self, chat_id: str, position: int) -> None:
-        if self._floors.get(chat_id, 0) < position:
+        if self._floors.get(chat_id, -1) < position:
             self._floors[chat_id] = position
         self._floors.move_to_end(chat_id)
         while len(self._floors) > MAX_CHATS:
@@ -243,19 +301,49 @@ class Replicas:
 
     async def floor(self, db: Database, chats: Collection[str]) -> int:
         """The position a replica must have replayed to serve a read of ``chats`` (none: a read
-        that names no chat)."""
+        that names no chat).
+
+        Raises:
+            InvalidInputError: a token passed in for one of ``chats`` is ahead of the
+                primary's log (it raises nothing, and is forgotten).
+        """
         wanted = self._pending_anon or (
             bool(self._pending) and (not chats or not self._pending.isdisjoint(chats))
         )
-        if wanted:
+        told = [chat_id for chat_id in chats if chat_id in self._told]
+        if wanted or told:
             # Marked before this query starts, so its answer covers them.
             marked, anon = set(self._pending), self._pending_anon
             position = await db.on_primary("read", self.dialect.write_position)
             if position is not None:
-                self._settle(marked, anon, position)
+                self._primary_seen = max(self._primary_seen, position)
+                if wanted:
+                    self._settle(marked, anon, position)
+            self._check_told(told, position)
         if not chats:
             return self._top
         return max([self._anon, *(self._floors.get(chat_id, 0) for chat_id in chats)])
+
+    def _check_told(self, chats: list[str], primary: int | None) -> None:
+        """Tokens of ``chats`` at or behind the primary's ``primary`` position become floors;
+        one ahead of it is refused."""
+        ahead: list[tuple[str, int]] = []
+        for chat_id in chats:
+            position = self._told.pop(chat_id)
+            if primary is None:
+                continue  # (a database whose log position is unknown: nothing to wait for)
+            if position <= primary:
+                self._raise(chat_id, position)
+            else:
+                ahead.append((chat_id, position))
+        if ahead and primary is not None:
+            chat_id, position = ahead[0]
+            raise InvalidInputError(
+                f"the consistency token {format_token(position)} given for chat {chat_id!r} "
+                f"is ahead of the primary database's log (at {format_token(primary)}): it was "
+                "not issued by this database. Pass SaveResult.consistency_token exactly as a "
+                "save of this database returned it, or no token"
+            )
 
     # --- reads --------------------------------------------------------------------------------
 
@@ -268,69 +356,113 @@ class Replicas:
         owner: object = None,
     ) -> T:
         """``unit`` on a replica that has replayed this store's writes to ``chats``, or on the
-        primary. ``owner`` (the calling task) reads its chats where it last read them (see
-        the module's docstring)."""
+        primary. ``owner`` (the calling task) reads where it last read (see the module's
+        docstring)."""
         floor = await self.floor(db, chats)
         loop = asyncio.get_running_loop()
-        pins = self._pins.get(owner) if owner is not None and chats else None
-        held = [] if pins is None else [pins[c] for c in chats if c in pins]
-        held = [pin for pin in held if pin.expires > loop.time()]
-        floor = max([floor, *(pin.floor for pin in held)])
-        there = {pin.replica for pin in held if pin.replica is not None}
+        pin = None if owner is None else self._pins.get(owner)
+        if pin is not None and pin.expires <= loop.time():
+            pin = None
+        if pin is not None:
+            floor = max(floor, pin.floor)
         replica = None
-        if len(there) <= 1 and floor < _UNKNOWN:
-            # (Reads pinned to two replicas: only the primary is ahead of both.)
-            replica = await self._choose(floor, only=next(iter(there), None))
+        if floor < _UNKNOWN:
+            replica = await self._choose(floor, only=None if pin is None else pin.replica)
         if replica is not None:
             try:
-                result: T = await greenlet_spawn(db.sync_read, replica.sync_engine, mode, unit)
+                result: T = await self._read_on(replica, db, mode, unit)
             except ContextError:
                 raise
+            except _NoAnswer:
+                pass  # skipped already
             except (SQLAlchemyError, OSError, TimeoutError) as exc:
                 self._skip(replica, "failed", f"a read failed ({_reason(exc)})")
             else:
                 replica.reads += 1
-                self._pin(owner, chats, replica, 0)
+                replica.failures = 0
+                replica.heard_at = loop.time()
+                self._pin(owner, replica, 0)
                 return result
         self.primary_reads += 1
         result = await db.on_primary(mode, unit)
-        if owner is not None and chats:
+        if owner is not None:
             # Where the primary's log is after the read: what it read is no newer than that.
             try:
                 position = await db.on_primary("read", self.dialect.write_position)
-            except (SQLAlchemyError, OSError, TimeoutError):
+            except (SQLAlchemyError, OSError, TimeoutError, ContextError):
                 position = None
-            self._pin(owner, chats, None, _UNKNOWN if position is None else position)
+            if position is not None:
+                self._primary_seen = max(self._primary_seen, position)
+            self._pin(owner, None, _UNKNOWN if position is None else position)
         return result
 
-    def _pin(
-        self, owner: object, chats: Collection[str], replica: Replica | None, floor: int
-    ) -> None:
-        if owner is None or not chats:
+    def _pin(self, owner: object, replica: Replica | None, floor: int) -> None:
+        if owner is None:
             return
-        expires = asyncio.get_running_loop().time() + PIN_SECONDS
-        pins = self._pins.setdefault(owner, {})
-        for chat_id in chats:
-            pins[chat_id] = Pin(replica, floor, expires)
-        if len(pins) > MAX_CHATS:
-            for chat_id in [c for c, pin in pins.items() if pin.expires <= expires - PIN_SECONDS]:
-                del pins[chat_id]
+        self._pins[owner] = Pin(replica, floor, asyncio.get_running_loop().time() + PIN_SECONDS)
+
+    @property
+    def bound(self) -> float:
+        """The longest one call to a replica may take before it counts as not answering."""
+        return self.wait + CONNECT_SECONDS
+
+    async def _read_on(
+        self, replica: Replica, db: Database, mode: Mode, unit: Callable[[Connection], T]
+    ) -> T:
+        """``unit`` on ``replica``. A read still running after `bound` goes on only while the
+        replica answers a position query within `bound`; else it is given up (`_NoAnswer`)."""
+        task: asyncio.Future[T] = asyncio.ensure_future(
+            greenlet_spawn(db.sync_read, replica.sync_engine, mode, unit)
+        )
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.bound)
+                if done:
+                    return task.result()
+                # A long read, or a replica that stopped answering: ask it something small.
+                await self._refresh(replica, self.bound)
+                if replica.down_until > asyncio.get_running_loop().time():
+                    raise _NoAnswer
+        except BaseException:
+            if not task.done():
+                self._abandon(task)
+            raise
+
+    def _abandon(self, task: asyncio.Future[Any]) -> None:
+        """Cancel a call given up on; it settles in the background (``close()`` waits)."""
+        task.cancel()
+        self._abandoned.add(task)
+
+        def settled(done: asyncio.Future[Any]) -> None:
+            self._abandoned.discard(done)
+            if not done.cancelled():
+                done.exception()  # retrieved: nobody waits for it any more
+
+        task.add_done_callback(settled)
 
     async def _choose(self, floor: int, *, only: Replica | None = None) -> Replica | None:
         """A live replica that has replayed ``floor`` (``only`` that one, if given), waiting
-        up to `wait` for one; None when none has."""
+        up to `wait` for one; None when none has. Replicas found behind a moment ago are not
+        waited for."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         live = self._live(start, only)
         for replica in live:
             if replica.position >= floor:
+                if start - replica.heard_at > QUIET_SECONDS:
+                    # Silent for a while: make sure it still answers before reading there.
+                    await self._refresh(replica, self.bound)
+                    if replica.down_until > loop.time():
+                        continue
                 return replica
+        live = [replica for replica in live if replica.behind_until <= start]
         deadline = start + self.wait
         delay = 0.002
         while live:
-            await asyncio.gather(*(self._refresh(replica) for replica in live))
+            bound = max(0.0, deadline - loop.time()) + CONNECT_SECONDS
+            await asyncio.gather(*(self._refresh(replica, bound) for replica in live))
             now = loop.time()
-            live = self._live(now, only)
+            live = [r for r in self._live(now, only) if r.behind_until <= start]
             for replica in live:
                 if replica.position >= floor:
                     return replica
@@ -338,12 +470,15 @@ class Replicas:
                 break
             await asyncio.sleep(min(delay, deadline - now))
             delay = min(delay * 2, 0.05)
+        now = loop.time()
         for replica in live:
+            replica.behind_until = now + self.lag_seconds
             self._warn(
                 replica,
                 "lagging",
                 f"had not replayed position {format_token(floor)} after {self.wait:g} s "
-                f"(at {format_token(replica.position)})",
+                f"(at {format_token(replica.position)}); reads it has not replayed go to the "
+                f"primary without waiting for {self.lag_seconds:g} s",
             )
         return None
 
@@ -357,28 +492,40 @@ class Replicas:
         turn = self.replicas[self._next :] + self.replicas[: self._next]
         return [replica for replica in turn if replica.down_until <= now]
 
-    async def _refresh(self, replica: Replica) -> None:
-        """Ask ``replica`` how far it has replayed (once for every caller that asks meanwhile)."""
-        loop = asyncio.get_running_loop()
-        asked = loop.time()
-        if replica.lock is None:
-            replica.lock = asyncio.Lock()
-        async with replica.lock:
-            if replica.checked_at >= asked or replica.down_until > asked:
-                return
-            started = loop.time()
-            try:
-                position = await greenlet_spawn(self._position, replica.sync_engine)
-            except ContextError:
-                raise
-            except (SQLAlchemyError, OSError, TimeoutError) as exc:
-                self._skip(replica, "down", f"cannot be reached ({_reason(exc)})")
-                return
-            if position is None:
-                self._skip(replica, "primary", "is not a standby in recovery")
-                return
-            replica.position = max(replica.position, position)
-            replica.checked_at = started
+    async def _refresh(self, replica: Replica, bound: float) -> None:
+        """Ask ``replica`` how far it has replayed, waiting at most ``bound`` seconds for the
+        answer (callers that ask while a question is out wait for the same one). A replica
+        that does not answer in time is skipped, and the question cancelled."""
+        if replica.down_until > asyncio.get_running_loop().time():
+            return
+        question = replica.asking
+        if question is None or question.done():
+            question = replica.asking = asyncio.ensure_future(self._ask(replica))
+        done, _ = await asyncio.wait({question}, timeout=bound)
+        if done:
+            return  # answered (or skipped by `_ask`, or given up on by another caller)
+        if replica.asking is question:
+            replica.asking = None
+        self._abandon(question)
+        self._skip(replica, "silent", f"did not answer within {bound:.3g} s")
+
+    async def _ask(self, replica: Replica) -> None:
+        """One position query to ``replica``; what it says (or that it failed) is noted."""
+        started = asyncio.get_running_loop().time()
+        try:
+            position = await greenlet_spawn(self._position, replica.sync_engine)
+        except ContextError:
+            raise
+        except (SQLAlchemyError, OSError, TimeoutError) as exc:
+            self._skip(replica, "down", f"cannot be reached ({_reason(exc)})")
+            return
+        if position is None:
+            self._skip(replica, "primary", "is not a standby in recovery")
+            return
+        replica.position = max(replica.position, position)
+        replica.checked_at = started
+        replica.heard_at = asyncio.get_running_loop().time()
+        replica.failures = 0
 
     def _position(self, engine: Engine) -> int | None:
         with engine.connect() as conn:
@@ -387,8 +534,11 @@ class Replicas:
 
     def _skip(self, replica: Replica, kind: str, reason: str) -> None:
         now = asyncio.get_running_loop().time()
-        replica.down_until = now + self.retry_seconds
-        self._warn(replica, kind, f"{reason}; skipped for {self.retry_seconds:g} s")
+        replica.failures += 1
+        seconds = min(self.retry_seconds * 2 ** (replica.failures - 1), MAX_RETRY_SECONDS)
+        seconds = max(seconds, self.retry_seconds) if self.retry_seconds > 0 else 0.0
+        replica.down_until = now + seconds
+        self._warn(replica, kind, f"{reason}; skipped for {seconds:g} s")
 
     def _warn(self, replica: Replica, kind: str, reason: str) -> None:
         now = asyncio.get_running_loop().time()
@@ -407,10 +557,22 @@ class Replicas:
         }
 
     async def close(self, *, close: bool = True) -> None:
-        """Dispose the engines the store made for its replicas."""
+        """Let the calls given up on settle (a few seconds at most: their connections are
+        closed, not waited for), then dispose the engines the store made for its replicas."""
+        for replica in self.replicas:
+            if replica.asking is not None and not replica.asking.done():
+                self._abandon(replica.asking)
+            replica.asking = None
+        if self._abandoned and close:
+            await asyncio.wait(set(self._abandoned), timeout=SETTLE_SECONDS)
         for replica in self.replicas:
             if replica.owned:
                 await replica.engine.dispose(close=close)
+
+
+SETTLE_SECONDS = 5.0
+"""Longest ``close()`` waits for replica calls given up on (a connection to a server that
+stopped answering is closed within about 2 s)."""
 
 
 def _reason(exc: BaseException) -> str:
