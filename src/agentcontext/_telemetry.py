@@ -15,17 +15,29 @@ on the call's current operation; they cost one flag test when telemetry is off.
 A verb an engine calls on itself (``begin_turn`` and ``complete_turn`` save through ``save``)
 is part of the outer call's span, not a span of its own: one call of the user's, one span and
 one duration.
+
+Telemetry never fails a call nor changes what it returns or raises. An exception raised by
+OpenTelemetry (a span processor, an exporter, a meter, a metric reader) while a span starts,
+ends or is given its attributes, or while the duration is recorded, is swallowed: it is logged
+on the ``agentcontext`` logger once per phase and exception type, and the caller gets the
+call's own result or its own exception, never chained to the telemetry error.
+
+A span says only what happened: a call that failed has an error status and ``error.type``,
+and none of the attributes a success implies (a failed ``rewind`` does not say it forked).
 """
 
 from __future__ import annotations
 
 import contextvars
 import functools
+import logging
+import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
     from opentelemetry.metrics import Histogram
     from opentelemetry.trace import Span, Tracer
     from opentelemetry.util.types import AttributeValue
@@ -80,8 +92,8 @@ USER_ID = "agentcontext.user.id"
 BRANCH = "agentcontext.branch.name"
 """The engine's branch after the call (the new one after a fork)."""
 BRANCH_FORKED = "agentcontext.branch.forked"
-"""Whether the call started a new branch (a rewind always does; a save does when it resends a
-stored message with other content)."""
+"""Whether the call started a new branch (a rewind that succeeds always does; a save does when
+it resends a stored message with other content). A failed rewind does not say it forked."""
 MESSAGES_SENT = "agentcontext.messages.sent"
 MESSAGES_OMITTED = "agentcontext.messages.omitted"
 WINDOW_TOKENS = "agentcontext.window.tokens"
@@ -100,18 +112,66 @@ SEARCH_HITS = "agentcontext.search.hits"
 _MAX_ID = 255
 """Ids longer than this are not ids (the call refuses them): they are left off the span."""
 
-_SAVE_DEFAULTS: dict[str, AttributeValue] = {
-    SAVE_ATTEMPTS: 0,
-    SAVE_GRAFTS: 0,
-    BRANCH_FORKED: False,
-}
+_SAVE_COUNTS: dict[str, AttributeValue] = {SAVE_ATTEMPTS: 0, SAVE_GRAFTS: 0}
 _DEFAULTS: dict[str, dict[str, AttributeValue]] = {
-    "save": _SAVE_DEFAULTS,
-    "begin_turn": _SAVE_DEFAULTS,
-    "complete_turn": _SAVE_DEFAULTS,
+    "save": _SAVE_COUNTS,
+    "begin_turn": _SAVE_COUNTS,
+    "complete_turn": _SAVE_COUNTS,
+}
+"""What a verb's span says when nothing inside the call reported otherwise, whether the call
+succeeded or failed: counts of what the call did (zero when it did nothing of it)."""
+_SAVED: dict[str, AttributeValue] = {BRANCH_FORKED: False}
+_SUCCEEDED: dict[str, dict[str, AttributeValue]] = {
+    "save": _SAVED,
+    "begin_turn": _SAVED,
+    "complete_turn": _SAVED,
     "rewind": {BRANCH_FORKED: True},
 }
-"""What a verb's span says when nothing inside the call reported otherwise."""
+"""What a verb's span says, when nothing inside the call reported otherwise, only if the call
+succeeded: a rewind that failed started no branch, and a save that failed may have been cut
+off anywhere (a fork it did make is reported from inside the call)."""
+
+_log = logging.getLogger("agentcontext")
+
+_PHASES = {
+    "setup": "getting its tracer and meter",
+    "start": "starting a span",
+    "context": "making a span current or restoring the caller's context",
+    "failure": "recording a failed call on its span",
+    "attributes": "setting a span's attributes",
+    "end": "ending a span",
+    "duration": f"recording the histogram {DURATION}",
+}
+"""Where a call into OpenTelemetry can fail: the key of `_report`, and its words."""
+
+_reported: set[tuple[str, str]] = set()
+_reported_lock = threading.Lock()
+
+
+def _report(phase: str, problem: Exception) -> None:
+    """Log an exception OpenTelemetry raised in ``phase``: once per phase and exception type
+    (the process goes on calling OpenTelemetry, which may keep failing the same way)."""
+    kind = type(problem)
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+    key = (phase, name)
+    with _reported_lock:
+        if key in _reported:
+            return
+        _reported.add(key)
+    # Raised while the call's own exception was propagating: the log shows the telemetry
+    # failure alone (the call's exception reaches the caller, untouched).
+    problem.__suppress_context__ = True
+    _log.warning(
+        "OpenTelemetry raised %s while %s; the agentcontext call went on unaffected (logged "
+        "once per exception type and phase)",
+        name,
+        _PHASES[phase],
+        exc_info=problem,
+    )
 
 
 # --- state -----------------------------------------------------------------------------------
@@ -164,6 +224,9 @@ def _load() -> _Otel | None:
     try:
         _otel = _Otel()
     except ImportError:
+        _otel = None
+    except Exception as problem:  # a tracer or meter provider that fails: telemetry off
+        _report("setup", problem)
         _otel = None
     _checked = True
     return _otel
@@ -286,6 +349,7 @@ def _instrument(
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Callable[P, Coroutine[Any, Any, R]]]:
     span_name = f"{SCOPE}.{name}"
     defaults = _DEFAULTS.get(name, {})
+    claims = {**defaults, **_SUCCEEDED.get(name, {})}
     succeeded: dict[str, AttributeValue] = {OPERATION: name}
 
     def decorate(
@@ -300,11 +364,7 @@ def _instrument(
             if current is not None and current.owner is args[0]:
                 return await method(*args, **kwargs)  # part of the outer call
             operation = _Operation(args[0])
-            span = otel.tracer.start_span(
-                span_name, attributes={**succeeded, **dict(describe(args))}
-            )
-            recording = span.is_recording()
-            context_token = otel.attach(otel.set_span_in_context(span))
+            span, recording, context_token = _start(otel, span_name, succeeded, describe, args)
             token = _CURRENT.set(operation)
             started = time.perf_counter()
             result: R | None = None
@@ -315,39 +375,99 @@ def _instrument(
             except BaseException as exc:
                 error = type(exc).__qualname__
                 measured = {OPERATION: name, ERROR_TYPE: error}
-                if recording:
+                if recording and span is not None:
                     _failed(otel, span, exc, error)
                 raise
             finally:
                 elapsed = time.perf_counter() - started
                 _CURRENT.reset(token)
-                otel.detach(context_token)
-                if recording:
-                    _finish(span, operation, defaults, outcome(args[0], result))
-                span.end()
-                otel.duration.record(elapsed, measured)
+                if context_token is not None:
+                    try:
+                        otel.detach(context_token)
+                    except Exception as problem:
+                        _report("context", problem)
+                if span is not None:
+                    if recording:
+                        _finish(
+                            span,
+                            operation,
+                            claims if measured is succeeded else defaults,
+                            outcome,
+                            args[0],
+                            result,
+                        )
+                    try:
+                        span.end()
+                    except Exception as problem:
+                        _report("end", problem)
+                try:
+                    otel.duration.record(elapsed, measured)
+                except Exception as problem:
+                    _report("duration", problem)
 
         return instrumented
 
     return decorate
 
 
+def _start(
+    otel: _Otel,
+    name: str,
+    attributes: dict[str, AttributeValue],
+    describe: Describe,
+    args: tuple[Any, ...],
+) -> tuple[Span | None, bool, contextvars.Token[Context] | None]:
+    """Start the call's span and make it current: the span (None when OpenTelemetry failed to
+    start one), whether it records, and the token that restores the caller's context (None when
+    the span could not be made current)."""
+    try:
+        span = otel.tracer.start_span(name, attributes={**attributes, **dict(describe(args))})
+    except Exception as problem:
+        _report("start", problem)
+        return None, False, None
+    try:
+        recording = span.is_recording()
+    except Exception as problem:
+        _report("start", problem)
+        recording = False
+    try:
+        token = otel.attach(otel.set_span_in_context(span))
+    except Exception as problem:
+        _report("context", problem)
+        token = None
+    return span, recording, token
+
+
 def _failed(otel: _Otel, span: Span, exc: BaseException, error: str) -> None:
-    span.set_attribute(ERROR_TYPE, error)
-    span.record_exception(exc)
-    description = "cancelled" if error == "CancelledError" else str(exc) or error
-    span.set_status(otel.error(description))
+    try:
+        description = "cancelled" if error == "CancelledError" else str(exc) or error
+    except Exception:  # an exception whose str() fails
+        description = error
+    try:
+        span.set_status(otel.error(description))
+        span.set_attribute(ERROR_TYPE, error)
+    except Exception as problem:
+        _report("failure", problem)
+    try:
+        span.record_exception(exc)
+    except Exception as problem:
+        _report("failure", problem)
 
 
 def _finish(
     span: Span,
     operation: _Operation,
     defaults: dict[str, AttributeValue],
-    outcome: Iterator[tuple[str, AttributeValue]],
+    outcome: Outcome,
+    owner: Any,
+    result: Any,
 ) -> None:
-    attributes: dict[str, AttributeValue] = dict(outcome)
-    for key, value in defaults.items():
-        attributes.setdefault(key, value)
-    attributes.update(operation.counts)
-    attributes.update(operation.notes)
-    span.set_attributes(attributes)
+    try:
+        attributes: dict[str, AttributeValue] = dict(outcome(owner, result))
+        for key, value in defaults.items():
+            attributes.setdefault(key, value)
+        attributes.update(operation.counts)
+        attributes.update(operation.notes)
+        span.set_attributes(attributes)
+    except Exception as problem:
+        _report("attributes", problem)

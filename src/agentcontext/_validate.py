@@ -74,13 +74,21 @@ def check_unicode(value: object, what: str) -> str:
 
 
 def too_big(size: int, what: str) -> InvalidInputError:
-    """The error for a message over `MAX_MESSAGE_BYTES`."""
+    """The error for a message over `MAX_MESSAGE_BYTES`: both sizes in MiB with two decimals,
+    the message's rounded up (a message one byte over never reads as the limit), and exactly
+    in bytes."""
     return InvalidInputError(
-        f"{what} holds {size / 2**20:.1f} MiB of text; a message holds at most "
-        f"{MAX_MESSAGE_BYTES // 2**20} MiB (the UTF-8 size of its strings). Split the text into "
-        "several messages, or keep large content out of the conversation, as a file of a "
+        f"{what} holds {_size(size, up=True)} of text (the UTF-8 size of its strings); a "
+        f"message holds at most {_size(MAX_MESSAGE_BYTES)}. Split the text into several "
+        "messages, or keep large content out of the conversation, as a file of a "
         "ContextSnapshot"
     )
+
+
+def _size(size: int, *, up: bool = False) -> str:
+    """``16.01 MiB (16 777 217 bytes)``: hundredths of a MiB, rounded up or to nearest."""
+    hundredths = -(-size * 100 // 2**20) if up else round(size * 100 / 2**20)
+    return f"{hundredths // 100}.{hundredths % 100:02d} MiB ({size:,} bytes)".replace(",", " ")
 
 
 def check_message_size(message: Any, what: str) -> None:

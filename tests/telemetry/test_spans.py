@@ -307,9 +307,11 @@ async def test_a_failed_call_is_an_error_span(store: SqlContextStore, otel: Otel
     rewind = otel.span("agentcontext.rewind")
     assert rewind.status.status_code is StatusCode.ERROR
     assert rewind.status.description == str(caught.value)
+    # It started no branch: the span does not say it forked, and names the branch it stayed on.
     assert attributes(rewind) == engine_attributes(
-        "rewind", **{t.BRANCH_FORKED: True, t.ERROR_TYPE: "MessageNotFoundError"}
+        "rewind", **{t.ERROR_TYPE: "MessageNotFoundError"}
     )
+    assert engine.branch == "main"
     [raised] = rewind.events
     assert raised.name == "exception"
     assert raised.attributes is not None
