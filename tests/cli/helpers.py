@@ -23,12 +23,9 @@ ANSI = "\x1b["
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment without anything that changes the CLI's URL or colours."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in {"AGENTCONTEXT_URL", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE"}
-    }
+    """The environment without anything that changes the CLI's URL, schema or colours."""
+    unset = {"AGENTCONTEXT_URL", "AGENTCONTEXT_SCHEMA", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE"}
+    env = {key: value for key, value in os.environ.items() if key not in unset}
     env["COLUMNS"] = "200"
     env.update(extra or {})
     return env

@@ -9,13 +9,17 @@ from pathlib import Path
 from agentcontext import (
     ChatExport,
     ContextEngine,
+    ContextSnapshot,
     Message,
     SqlContextStore,
     TextPart,
     ToolPart,
     assistant,
+    assistant_text,
     user,
 )
+from agentcontext.snapshots import SelectionStrategy
+from agentcontext.store.records import MessageRecord, compaction_id
 from tests.cli.helpers import (
     build_branched_chat,
     one_error_line,
@@ -134,3 +138,113 @@ def test_export_to_an_unwritable_path(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert one_error_line(result).startswith("error: cannot write no/such/dir/x.json")
     assert result.stdout == ""
+
+
+# --- import --as copies by the rule of store.copy_chat ---------------------------------------
+
+
+async def _summarize(messages: list[Message]) -> str:
+    return "summary of " + " / ".join(m.text for m in messages)
+
+
+async def _build_compacted(url: str) -> dict[str, str]:
+    """Chat ``trip`` with branches, a checkpoint, two nested compactions and a snapshot; then
+    ``store.copy_chat("trip", "by-api")``, whose mapping is returned."""
+    async with SqlContextStore(url) as store:
+        engine = ContextEngine(store=store, chat_id="trip", user_id="alice")
+        for i in range(4):
+            engine.set(user(f"day {i}?", id=f"q{i}"), assistant_text(f"plan {i}", id=f"a{i}"))
+            await engine.save()
+        await engine.compact(_summarize, keep_last_turns=2)
+        await engine.checkpoint("planned")
+        engine.set(user("day 4?", id="q4"), assistant_text("plan 4", id="a4"))
+        await engine.save()
+        await engine.compact(_summarize, keep_last_turns=1)
+        snapshot = ContextSnapshot(selection=SelectionStrategy.EXPLICIT)
+        snapshot.add_snippet("notes.txt", "bring a hat")
+        await engine.snapshot(snapshot)
+        await engine.rewind("a2", name="side")
+        engine.set(user("a day trip?", id="sq"), assistant_text("Sintra", id="sa"))
+        await engine.save()
+        return await store.copy_chat("trip", "by-api")
+
+
+def _graph(export: ChatExport) -> list[tuple[str, str | None, str, object]]:
+    return [(m.id, m.parent_id, m.type, m.data) for m in export.messages]
+
+
+def _folded(record: MessageRecord) -> dict[str, object]:
+    assert isinstance(record.data, dict)
+    meta = record.data["metadata"]["compaction"]
+    assert isinstance(meta, dict)
+    return meta
+
+
+async def _resolved(store: SqlContextStore, chat_id: str, branch: str) -> list[Message]:
+    engine = ContextEngine(store=store, chat_id=chat_id, user_id="alice")
+    await engine.switch_branch(branch)
+    return (await engine.resolve()).messages
+
+
+def test_import_as_and_copy_chat_map_ids_by_one_rule(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "chat.db")
+    elsewhere = sqlite_url(tmp_path / "elsewhere.db")
+    by_api = asyncio.run(_build_compacted(url))
+    exported = run_cli("--url", url, "export", "trip", "-o", "trip.json", cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr
+    for target, new_id in ((url, "by-cli"), (elsewhere, "by-api")):
+        done = run_cli("--url", target, "import", "trip.json", "--as", new_id, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+
+    async def check() -> None:
+        async with SqlContextStore(url) as store, SqlContextStore(elsewhere) as other:
+            source = await store.export_chat("trip")
+            copies = {name: await store.export_chat(name) for name in ("by-api", "by-cli")}
+            # Imported under the id copy_chat used, a copy has copy_chat's ids exactly.
+            assert _graph(await other.export_chat("by-api")) == _graph(copies["by-api"])
+            summaries = [m for m in source.messages if m.type == "compaction"]
+            assert len(summaries) == 2
+            for chat_id, copy in copies.items():
+                by_id = {m.id: m for m in copy.messages}
+                mapping: dict[str, str] = {}
+                for message in source.messages:  # parents first
+                    if message.type == "compaction":
+                        assert message.parent_id is not None
+                        new = compaction_id(chat_id, mapping[message.parent_id])
+                    else:
+                        new = f"{message.id}@{chat_id}"
+                    mapping[message.id] = new
+                    assert by_id[new].parent_id == (
+                        None if message.parent_id is None else mapping[message.parent_id]
+                    )
+                if chat_id == "by-api":
+                    assert mapping == by_api
+                for summary in summaries:
+                    before, after = _folded(summary), _folded(by_id[mapping[summary.id]])
+                    assert after["through"] == mapping[str(before["through"])]
+                    previous = before["previous"]
+                    assert after["previous"] == (
+                        None if previous is None else mapping[str(previous)]
+                    )
+                (point,) = copy.checkpoints
+                (source_point,) = source.checkpoints
+                assert point.message_id == mapping[source_point.message_id]
+                branch_names = {b.id: b.name for b in copy.branches}
+                source_names = {b.id: b.name for b in source.branches}
+                assert point.branch_id is not None and source_point.branch_id is not None
+                assert branch_names[point.branch_id] == source_names[source_point.branch_id]
+                # Both copies resolve: the summary, then the tail, as the source does.
+                for branch in ("main", "side"):
+                    want = await _resolved(store, "trip", branch)
+                    got = await _resolved(store, chat_id, branch)
+                    assert [m.text for m in got] == [m.text for m in want]
+                    assert got[0].id == mapping[want[0].id]
+                    assert got[0].text.startswith("summary of ")
+            # export/import keeps the snapshot (copy_chat does not copy snapshots)
+            (snapshot,) = copies["by-cli"].snapshots
+            (original,) = source.snapshots
+            assert original.message_id is not None
+            assert snapshot.message_id == f"{original.message_id}@by-cli"
+            assert copies["by-api"].snapshots == []
+
+    asyncio.run(check())

@@ -2,7 +2,9 @@
 Alembic version table in that PostgreSQL schema (created under ``migrate="auto"``), and two
 stores on two schemas of one database never see each other's chats, searches, blobs or
 records — directly, through PgBouncer in transaction pooling mode, and with a caller's
-engine inside ``store.using()``. On SQLite ``schema=`` is refused with advice.
+engine inside ``store.using()``. On SQLite ``schema=`` is refused with advice, and so are
+PostgreSQL's system schemas and libpq's ``options=-csearch_path=...`` (with the ``schema=`` to
+pass instead), when the store is made.
 """
 
 from __future__ import annotations
@@ -169,3 +171,49 @@ def test_sqlite_refuses_a_schema_with_advice(tmp_path: Path) -> None:
 def test_a_schema_name_is_checked(name: str) -> None:
     with pytest.raises(InvalidInputError, match="schema name"):
         SqlContextStore("postgresql+asyncpg://u@localhost/db", schema=name)
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("pg_catalog", "reserves names starting with 'pg_'"),
+        ("pg_toast", "reserves names starting with 'pg_'"),
+        ("pg_temp_1", "reserves names starting with 'pg_'"),
+        ("pg_acme", "reserves names starting with 'pg_'"),
+        ("information_schema", "system schema"),
+    ],
+)
+def test_system_schemas_are_refused_when_the_store_is_made(name: str, reason: str) -> None:
+    # The server is never reached: the name is refused before any connection.
+    with pytest.raises(InvalidInputError, match=reason) as refused:
+        SqlContextStore("postgresql+asyncpg://u@127.0.0.1:1/db", schema=name)
+    assert name in str(refused.value) and "tenant_acme" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "connect_args"),
+    [
+        ("postgresql+asyncpg://u@127.0.0.1:1/db?options=-csearch_path%3Dacme", None),
+        ("postgresql+asyncpg://u@127.0.0.1:1/db?options=-c%20search_path%3Dacme,public", None),
+        ("postgresql+asyncpg://u@127.0.0.1:1/db", {"options": "-c search_path=acme"}),
+    ],
+)
+def test_a_search_path_in_libpq_options_points_to_the_schema_option(
+    url: str, connect_args: dict[str, str] | None
+) -> None:
+    with pytest.raises(InvalidInputError) as refused:
+        SqlContextStore(url, connect_args=connect_args)
+    message = str(refused.value)
+    assert "schema='acme'" in message and "--schema acme" in message
+    assert "unexpected keyword" not in message
+
+
+def test_other_libpq_options_are_refused_with_the_asyncpg_way() -> None:
+    with pytest.raises(InvalidInputError, match="server_settings"):
+        SqlContextStore("postgresql+asyncpg://u@127.0.0.1:1/db?options=-c%20statement_timeout%3D5s")
+    # Read replicas are made with the same checks.
+    with pytest.raises(InvalidInputError, match="schema='acme'"):
+        SqlContextStore(
+            "postgresql+asyncpg://u@127.0.0.1:1/db",
+            read_replicas=["postgresql+asyncpg://u@127.0.0.1:2/db?options=-csearch_path%3Dacme"],
+        )

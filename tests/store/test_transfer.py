@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from agentcontext import ChatExport, errors
+from agentcontext import ChatExport, ContextEngine, Message, assistant_text, errors, user
 from agentcontext.store import SqlContextStore
+from agentcontext.store._copy import copy_message_id
+from agentcontext.store.admin import copy_export
+from agentcontext.store.records import MessageRecord, compaction_id
 from tests.helpers import chain, rec
 
 
@@ -59,3 +62,97 @@ async def test_import_refuses_a_taken_id_and_inconsistent_exports(store: SqlCont
     assert await store.get_chat("c") is None
     with pytest.raises(errors.ChatNotFoundError):
         await store.export_chat("c")
+
+
+# --- one id rule for every copy (copy_chat, import --as) ------------------------------------
+
+
+async def _summarize(messages: list[Message]) -> str:
+    return "summary of " + " / ".join(m.text for m in messages)
+
+
+async def _compacted(store: SqlContextStore, chat_id: str) -> None:
+    """Branches ``main`` and ``side`` (active), a checkpoint, and two nested compactions."""
+    engine = ContextEngine(store=store, chat_id=chat_id, user_id="u")
+    for i in range(4):
+        engine.set(user(f"question {i}", id=f"q{i}"), assistant_text(f"answer {i}", id=f"a{i}"))
+        await engine.save()
+    await engine.compact(_summarize, keep_last_turns=2)  # folds up to a1
+    await engine.checkpoint("cp")
+    engine.set(user("question 4", id="q4"), assistant_text("answer 4", id="a4"))
+    await engine.save()
+    await engine.compact(_summarize, keep_last_turns=1)  # up to a3, nesting the first
+    await engine.rewind("a2", name="side")
+    engine.set(user("side question", id="sq"), assistant_text("side answer", id="sa"))
+    await engine.save()
+
+
+def _folded(record: MessageRecord) -> dict[str, object]:
+    assert isinstance(record.data, dict)
+    meta = record.data["metadata"]["compaction"]
+    assert isinstance(meta, dict)
+    return meta
+
+
+async def test_copy_chat_maps_ids_by_the_rule_of_copy_export(store: SqlContextStore) -> None:
+    await _compacted(store, "c")
+    export = await store.export_chat("c")
+    expected, rule = copy_export(export, "d")
+    mapping = await store.copy_chat("c", "d")
+    assert mapping == rule
+    summaries = [m for m in export.messages if m.type == "compaction"]
+    assert len(summaries) == 2
+    for message in export.messages:
+        if message.type == "compaction":
+            assert message.parent_id is not None
+            assert mapping[message.id] == compaction_id("d", mapping[message.parent_id])
+        else:
+            assert mapping[message.id] == f"{message.id}@d"
+    copied = await store.export_chat("d")
+    assert [(m.id, m.parent_id, m.type, m.data) for m in copied.messages] == [
+        (m.id, m.parent_id, m.type, m.data) for m in expected.messages
+    ]
+    by_id = {m.id: m for m in copied.messages}
+    nested = 0
+    for summary in summaries:
+        copy = by_id[mapping[summary.id]]
+        assert isinstance(copy.data, dict) and copy.data["id"] == copy.id
+        source, folded = _folded(summary), _folded(copy)
+        assert folded["through"] == mapping[str(source["through"])] == copy.parent_id
+        previous = source["previous"]
+        assert folded["previous"] == (None if previous is None else mapping[str(previous)])
+        nested += previous is not None
+    assert nested == 1
+    (point,) = copied.checkpoints
+    (source_point,) = export.checkpoints
+    names = {b.id: b.name for b in export.branches}
+    copy_names = {b.id: b.name for b in copied.branches}
+    assert point.message_id == mapping[source_point.message_id]
+    assert point.branch_id is not None and source_point.branch_id is not None
+    assert copy_names[point.branch_id] == names[source_point.branch_id]
+    # Compacting the copy at the copied point finds the copied summary, as on the source.
+    engine = ContextEngine(store=store, chat_id="d", user_id="u")
+    await engine.switch_branch("main")
+    again = await engine.compact(_summarize, keep_last_turns=1)
+    (last,) = [s for s in summaries if _folded(s)["previous"] is not None]
+    assert again.id == mapping[last.id]
+    for branch in ("main", "side"):
+        source_texts = [m.text for m in await _resolved(store, "c", branch)]
+        copy_messages = await _resolved(store, "d", branch)
+        assert [m.text for m in copy_messages] == source_texts
+    assert copy_messages[0].id == mapping[summaries[0].id]  # side: after the first summary
+
+
+async def _resolved(store: SqlContextStore, chat_id: str, branch: str) -> list[Message]:
+    engine = ContextEngine(store=store, chat_id=chat_id, user_id="u")
+    await engine.switch_branch(branch)
+    return (await engine.resolve()).messages
+
+
+def test_the_copy_id_of_a_message_depends_only_on_its_id_and_the_new_chat() -> None:
+    assert copy_message_id("m1", "copy") == "m1@copy"
+    long = "x" * 251  # "x…x@copy" would pass the 255-character limit of ids
+    assert len(copy_message_id("x" * 250, "copy")) == 255
+    assert copy_message_id(long, "copy") == copy_message_id(long, "copy")
+    assert len(copy_message_id(long, "copy")) == 32
+    assert copy_message_id(long, "copy") != copy_message_id(long, "other")

@@ -22,6 +22,7 @@ from agentcontext.cli._common import (
     EXIT_OUTDATED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    SCHEMA_ENV_VAR,
     Env,
     Handler,
     exit_code,
@@ -37,8 +38,8 @@ EXIT_CODES = f"""\
 exit codes:
   {EXIT_OK}    success
   {EXIT_ERROR}    any other error (for example, the chat id of an import is taken)
-  {EXIT_USAGE}    usage error or invalid input (bad option, URL, revision, duration, or a
-       file that is not a valid chat export)
+  {EXIT_USAGE}    usage error or invalid input (bad option, URL, schema, revision, duration,
+       or a file that is not a valid chat export)
   {EXIT_NOT_FOUND}    not found (chat, branch, file)
   {EXIT_OUTDATED}    database schema missing or outdated (the message gives the command to run)
   {EXIT_UNAVAILABLE}    database unreachable
@@ -53,6 +54,11 @@ database URL:
   demo migrate it. A command that fails removes the SQLite file it created.
   Passwords in URLs are never printed.
 
+tenant schema (PostgreSQL):
+  --schema NAME (before or after the command), else ${SCHEMA_ENV_VAR}, else the
+  database's default schema: every command works on the chats of that schema, as
+  SqlContextStore(url, schema=NAME) does. SQLite has no schemas (usage error).
+
 output:
   Tables, colours and trees on a terminal (with the cli extra: pip install
   'agentcontext[cli]'); plain text when stdout is not a terminal (tables become
@@ -62,6 +68,12 @@ output:
 {EXIT_CODES}"""
 
 URL_HELP = f"database URL (default: ${ENV_VAR}, else {DEFAULT_URL})"
+SCHEMA_HELP = (
+    f"a tenant's PostgreSQL schema (default: ${SCHEMA_ENV_VAR}, else the database's default schema)"
+)
+DEMO_SCHEMA_HELP = (
+    f"a PostgreSQL schema to write the demo's chat into, with --url (${SCHEMA_ENV_VAR} is not used)"
+)
 DEMO_URL_HELP = (
     "database URL (default: its own file sqlite+aiosqlite:///agentcontext-demo.db in the "
     f"current directory; ${ENV_VAR} is not used, so the demo never writes to your database)"
@@ -88,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
     )
     parser.add_argument("--url", metavar="URL", help=URL_HELP)
+    parser.add_argument("--schema", metavar="NAME", help=SCHEMA_HELP)
     parser.add_argument("--version", action="version", version=f"agentcontext {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _demo.register(commands)
@@ -103,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _finish(parser: argparse.ArgumentParser) -> None:
-    """Every command accepts ``--url`` after its name too, and lists the exit codes."""
+    """Every command accepts ``--url`` and ``--schema`` after its name too, and lists the
+    exit codes."""
     parser.epilog = parser.epilog or EXIT_CODES
     parser.formatter_class = _Formatter
     is_demo = parser.prog.split()[-1] == "demo"
@@ -113,6 +127,13 @@ def _finish(parser: argparse.ArgumentParser) -> None:
         default=argparse.SUPPRESS,
         help=DEMO_URL_HELP if is_demo else URL_HELP,
     )
+    if "--schema" not in parser._option_string_actions:  # migrate's actions have their own
+        parser.add_argument(
+            "--schema",
+            metavar="NAME",
+            default=argparse.SUPPRESS,
+            help=DEMO_SCHEMA_HELP if is_demo else SCHEMA_HELP,
+        )
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
@@ -144,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error (argparse exits 2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    env = Env.from_args(args.url, Output())
+    env = Env.from_args(args.url, Output(), args.schema)
     handler = cast(Handler, args.handler)
 
     async def run() -> int:

@@ -1,4 +1,4 @@
-"""What every command shares: the database URL, opening the store, exit codes."""
+"""What every command shares: the database URL and schema, opening the store, exit codes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -36,6 +36,7 @@ __all__ = [
     "EXIT_USAGE",
     "Env",
     "Handler",
+    "SCHEMA_ENV_VAR",
     "exit_code",
     "hidden_url",
     "new_file_removed_on_error",
@@ -46,6 +47,7 @@ __all__ = [
 
 DEFAULT_URL = "sqlite+aiosqlite:///agentcontext.db"
 ENV_VAR = "AGENTCONTEXT_URL"
+SCHEMA_ENV_VAR = "AGENTCONTEXT_SCHEMA"
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -94,27 +96,59 @@ def sqlite_file(url: str) -> Path | None:
 
 @dataclass(frozen=True)
 class Env:
-    """A command's surroundings: the database URL, where it came from, and the output."""
+    """A command's surroundings: the database URL and schema, where they came from, and the
+    output."""
 
     url: str
     url_explicit: bool
     """True when ``--url`` was given (so suggested commands must repeat it)."""
     out: Output
+    schema: str | None = None
+    """The tenant's PostgreSQL schema (``--schema``, else ``$AGENTCONTEXT_SCHEMA``), or None
+    for the database's default schema."""
+    schema_explicit: bool = False
+    """True when ``--schema`` was given (so suggested commands must repeat it)."""
 
     @classmethod
-    def from_args(cls, url: str | None, out: Output) -> Env:
-        if url is not None:
-            return cls(url=url, url_explicit=True, out=out)
-        return cls(url=os.environ.get(ENV_VAR) or DEFAULT_URL, url_explicit=False, out=out)
+    def from_args(cls, url: str | None, out: Output, schema: str | None = None) -> Env:
+        url_explicit, schema_explicit = url is not None, schema is not None
+        if url is None:
+            url = os.environ.get(ENV_VAR) or DEFAULT_URL
+        if schema is None:
+            schema = os.environ.get(SCHEMA_ENV_VAR) or None
+        return cls(url, url_explicit, out, schema, schema_explicit)
 
     @property
     def shown_url(self) -> str:
         return hidden_url(self.url)
 
+    @property
+    def where(self) -> str:
+        """The database, and the schema when there is one (password hidden)."""
+        return self.shown_url + ("" if self.schema is None else f" (schema {self.schema})")
+
     def command(self, *words: str) -> str:
-        """An ``agentcontext`` command line for this database (``--url`` only if it was given)."""
+        """An ``agentcontext`` command line for this database (``--url`` and ``--schema`` only
+        if they were given)."""
         url = f" --url '{self.shown_url}'" if self.url_explicit else ""
-        return "agentcontext" + url + "".join(f" {word}" for word in words)
+        schema = ""
+        if self.schema_explicit and self.schema is not None:
+            schema = f" --schema {shlex.quote(self.schema)}"
+        return "agentcontext" + url + schema + "".join(f" {word}" for word in words)
+
+    def make_store(self, *, migrate: Literal["auto", False]) -> SqlContextStore:
+        """The store at the URL, in the schema (not opened yet). A schema the store refuses
+        (SQLite has none; a system schema) is an InvalidInputError that says where it came
+        from."""
+        try:
+            return SqlContextStore(self.url, migrate=migrate, schema=self.schema)
+        except InvalidInputError as exc:
+            if self.schema is None or self.schema_explicit or "schema" not in str(exc):
+                raise
+            raise InvalidInputError(
+                f"{exc} (the schema {self.schema!r} comes from ${SCHEMA_ENV_VAR}: unset it, or "
+                "set it to the schema of this database's tenant)"
+            ) from None
 
     def missing_directory(self) -> NotFoundError | None:
         """An error when the URL names an SQLite file in a directory that does not exist
@@ -173,14 +207,14 @@ def new_file_removed_on_error(url: str) -> Iterator[None]:
 async def open_store(
     env: Env, *, write: bool = False, check: Callable[[], None] | None = None
 ) -> AsyncIterator[SqlContextStore]:
-    """The store at the command's URL.
+    """The store at the command's URL, in its schema.
 
     Reading commands never change the schema: an outdated database raises
     SchemaOutdatedError, and a missing SQLite file is not created. Writing commands migrate
     an empty or outdated database to the newest revision first, as the library does. `check`
     runs once the URL is known to be valid and before the database is opened (or created).
     """
-    store = SqlContextStore(env.url, migrate="auto" if write else False)  # checks the URL
+    store = env.make_store(migrate="auto" if write else False)  # checks the URL and schema
     with new_file_removed_on_error(env.url):
         try:
             if check is not None:

@@ -59,7 +59,8 @@ def register(commands: Any) -> None:
         f"TOON with its token count, and a token and cost estimate for {DEMO_MODEL}. "
         f"Writes to --url if given, else to its own SQLite file {DEMO_FILE} in the current "
         "directory, never to AGENTCONTEXT_URL or the other commands' default "
-        "(agentcontext.db). It ends with the commands that open what it stored, the "
+        "(agentcontext.db); into a PostgreSQL schema only with --schema (AGENTCONTEXT_SCHEMA "
+        "is not used either). It ends with the commands that open what it stored, the "
         "web viewer (agentcontext serve) and the documentation.",
     )
     demo.set_defaults(handler=_demo)
@@ -196,9 +197,15 @@ EXCERPT_LINES = 8
 DOCS_URL = "https://agentcontext.readthedocs.io"
 
 
-def explore_commands(url: str) -> list[str]:
-    """The commands that open what the demo stored at `url` (password hidden)."""
-    prefix = f"agentcontext --url {shlex.quote(hidden_url(url))}"
+def _prefix(url: str, schema: str | None) -> str:
+    """``agentcontext --url URL [--schema NAME]`` (password hidden)."""
+    where = "" if schema is None else f" --schema {shlex.quote(schema)}"
+    return f"agentcontext --url {shlex.quote(hidden_url(url))}{where}"
+
+
+def explore_commands(url: str, schema: str | None = None) -> list[str]:
+    """The commands that open what the demo stored at `url` (in `schema`; password hidden)."""
+    prefix = _prefix(url, schema)
     return [
         f"{prefix} show {DEMO_CHAT}",
         f"{prefix} show {DEMO_CHAT} --full",
@@ -209,18 +216,20 @@ def explore_commands(url: str) -> list[str]:
 
 async def _demo(args: argparse.Namespace, env: Env) -> int:
     url = env.url if env.url_explicit else DEMO_URL
+    schema = env.schema if env.schema_explicit else None  # never $AGENTCONTEXT_SCHEMA
     with new_file_removed_on_error(url):
-        return await _run(env, url)
+        return await _run(env, url, schema)
 
 
-async def _run(env: Env, url: str) -> int:
+async def _run(env: Env, url: str, schema: str | None) -> int:
     out = env.out
-    async with SqlContextStore(url) as store:
+    async with SqlContextStore(url, schema=schema) as store:
         await store.delete_chat(DEMO_CHAT)
         context = ContextEngine(
             store=store, chat_id=DEMO_CHAT, user_id=DEMO_USER, metadata={"source": "demo"}
         )
-        header = f"agentcontext demo: chat {DEMO_CHAT!r} in {store.url}"
+        where = "" if schema is None else f" (schema {schema})"
+        header = f"agentcontext demo: chat {DEMO_CHAT!r} in {store.url}{where}"
         demo = _Demo(context)
         await demo.run()
         await context.update_chat(title="Order #1042: address change")
@@ -280,11 +289,11 @@ async def _run(env: Env, url: str) -> int:
     )
     where = "" if env.url_explicit else " (from this directory)"
     out.heading(f"Explore what the demo stored{where}")
-    for command in explore_commands(url):
+    for command in explore_commands(url, schema):
         out.line(command)
     out.line()
     out.line("See the graph, every message and the branches in your browser:", style="bold")
-    out.line(f"agentcontext --url {shlex.quote(hidden_url(url))} serve")
+    out.line(f"{_prefix(url, schema)} serve")
     out.line()
     out.line(f"Documentation: {DOCS_URL} (the docs/ folder of the source)", style="dim")
     return EXIT_OK

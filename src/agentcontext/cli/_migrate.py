@@ -38,8 +38,9 @@ def register(commands: Any) -> None:
     schema.add_argument(
         "--schema",
         metavar="NAME",
-        help="a tenant's PostgreSQL schema (created by upgrade when missing); default: the "
-        "database's default schema",
+        default=argparse.SUPPRESS,  # given before the command, or $AGENTCONTEXT_SCHEMA
+        help="a tenant's PostgreSQL schema (created by upgrade when missing); default: "
+        "$AGENTCONTEXT_SCHEMA, else the database's default schema",
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     up = actions.add_parser(
@@ -82,9 +83,10 @@ def register(commands: Any) -> None:
 
 
 @asynccontextmanager
-async def _engine_of(env: Env, schema: str | None = None) -> AsyncIterator[SqlContextStore]:
-    """A store used only for its engine (never initialised, so nothing is migrated)."""
-    store = SqlContextStore(env.url, migrate=False, schema=schema)
+async def _engine_of(env: Env) -> AsyncIterator[SqlContextStore]:
+    """A store used only for its engine (never initialised, so nothing is migrated), in the
+    command's schema (checked by the store)."""
+    store = env.make_store(migrate=False)
     with new_file_removed_on_error(env.url):
         try:
             yield store
@@ -124,7 +126,7 @@ def _label(revision: str | None) -> str:
 
 def _newer(env: Env, revision: str) -> SchemaOutdatedError:
     return SchemaOutdatedError(
-        f"the database at {env.shown_url} is at revision {revision}, which this version of "
+        f"the database at {env.where} is at revision {revision}, which this version of "
         "agentcontext does not know: it was migrated by a newer version. Upgrade agentcontext."
     )
 
@@ -142,8 +144,8 @@ async def _run(store: SqlContextStore, step: Callable[[Connection], None]) -> No
 
 
 async def _current(args: argparse.Namespace, env: Env) -> int:
-    async with _engine_of(env, args.schema) as store:
-        revision = None if env.missing_database() else await _revision(store, args.schema)
+    async with _engine_of(env) as store:
+        revision = None if env.missing_database() else await _revision(store, env.schema)
     if env.out.rich:
         env.out.line(_label(revision), style="bold")
     else:
@@ -153,60 +155,60 @@ async def _current(args: argparse.Namespace, env: Env) -> int:
 
 async def _check(args: argparse.Namespace, env: Env) -> int:
     head = m.head_revision()
-    async with _engine_of(env, args.schema) as store:
+    async with _engine_of(env) as store:
         _require_database(env)
-        revision = await _revision(store, args.schema)
+        revision = await _revision(store, env.schema)
     if revision == head:
-        env.out.line(f"up to date: {env.shown_url} is at revision {head} (head)", style="green")
+        env.out.line(f"up to date: {env.where} is at revision {head} (head)", style="green")
         return EXIT_OK
     if revision is not None and not _known(revision):
         raise _newer(env, revision)
     state = "has no agentcontext schema" if revision is None else f"is at revision {revision}"
     raise SchemaOutdatedError(
-        f"the database at {env.shown_url} {state}; this version of agentcontext needs "
+        f"the database at {env.where} {state}; this version of agentcontext needs "
         f"revision {head}. Upgrade it with: "
-        f"{env.command('migrate', 'upgrade', *(['--schema', args.schema] if args.schema else []))}"
+        f"{env.command('migrate', 'upgrade')}"
     )
 
 
 async def _upgrade(args: argparse.Namespace, env: Env) -> int:
     target: str = args.revision
-    async with _engine_of(env, args.schema) as store:
-        before = await _revision(store, args.schema)
+    async with _engine_of(env) as store:
+        before = await _revision(store, env.schema)
         if before is not None and not _known(before):
             raise _newer(env, before)
 
         def step(connection: Connection) -> None:
-            m.upgrade_in_transaction(connection, target, args.schema)
+            m.upgrade_in_transaction(connection, target, env.schema)
 
         await _run(store, step)
-        after = await _revision(store, args.schema)
+        after = await _revision(store, env.schema)
     if before == after:
-        env.out.line(f"{env.shown_url} is already at revision {_label(after)}")
+        env.out.line(f"{env.where} is already at revision {_label(after)}")
     else:
         env.out.line(
-            f"upgraded {env.shown_url} from {_label(before)} to {_label(after)}", style="green"
+            f"upgraded {env.where} from {_label(before)} to {_label(after)}", style="green"
         )
     return EXIT_OK
 
 
 async def _downgrade(args: argparse.Namespace, env: Env) -> int:
     target: str = args.revision
-    async with _engine_of(env, args.schema) as store:
+    async with _engine_of(env) as store:
         _require_database(env)
-        before = await _revision(store, args.schema)
+        before = await _revision(store, env.schema)
         if before is not None and not _known(before):
             raise _newer(env, before)
 
         def step(connection: Connection) -> None:
-            m.downgrade_in_transaction(connection, target, args.schema)
+            m.downgrade_in_transaction(connection, target, env.schema)
 
         await _run(store, step)
-        after = await _revision(store, args.schema)
+        after = await _revision(store, env.schema)
     if before == after:
-        env.out.line(f"{env.shown_url} is already at revision {_label(after)}")
+        env.out.line(f"{env.where} is already at revision {_label(after)}")
     else:
         env.out.line(
-            f"downgraded {env.shown_url} from {_label(before)} to {_label(after)}", style="green"
+            f"downgraded {env.where} from {_label(before)} to {_label(after)}", style="green"
         )
     return EXIT_OK

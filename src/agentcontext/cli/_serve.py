@@ -92,7 +92,7 @@ async def _serve(args: argparse.Namespace, env: Env) -> int:
                 "read every chat shown\n"
             )
         scope = f" (user {args.user} only)" if args.user else ""
-        env.out.line(f"agentcontext viewer of {env.shown_url}{scope}")
+        env.out.line(f"agentcontext viewer of {env.where}{scope}")
         env.out.line(f"open http://{args.host}:{args.port}/  (Ctrl+C to stop)")
         config = uvicorn.Config(
             app, host=args.host, port=args.port, log_level="warning", lifespan="on"

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agentcontext._validate import MAX_ID_LENGTH, check_id
+from agentcontext._validate import check_id
 from agentcontext.cli._common import EXIT_OK, Env, open_store
 from agentcontext.cli._output import count
 from agentcontext.errors import (
@@ -21,9 +21,9 @@ from agentcontext.errors import (
     NotFoundError,
 )
 from agentcontext.store import ChatExport
-from agentcontext.store.admin import check_export, new_id
+from agentcontext.store.admin import check_export, copy_export
 
-__all__ = ["export_text", "register", "renamed"]
+__all__ = ["export_text", "register"]
 
 
 def register(commands: Any) -> None:
@@ -55,7 +55,8 @@ def register(commands: Any) -> None:
         dest="as_id",
         metavar="NEW_ID",
         help="store the chat as NEW_ID; its messages, branches, checkpoints and snapshots get "
-        "new ids too (ids are unique in a database), names, texts and times stay",
+        "new ids too (ids are unique in a database), by the rule of store.copy_chat: message "
+        "M becomes M@NEW_ID; names, texts and times stay",
     )
     load.set_defaults(handler=_import)
 
@@ -135,96 +136,36 @@ def _parse(name: str, text: str) -> ChatExport:
         ) from None
 
 
-def _copy_id(message_id: str, chat_id: str) -> str:
-    copy = f"{message_id}@{chat_id}"
-    return copy if len(copy) <= MAX_ID_LENGTH else new_id()
-
-
-def renamed(export: ChatExport, chat_id: str) -> ChatExport:
-    """A copy of `export` as chat `chat_id`, with new ids for everything that has one.
-
-    Message, branch, checkpoint and snapshot ids are unique across a database, so a copy
-    beside the original needs its own: message `m1` becomes `m1@NEW_ID` (a random id if that
-    is too long), the others get random ids. Every reference (parents, heads, checkpoint and
-    snapshot messages, a message's own id in its JSON) follows.
-    """
-    ids = {record.id: _copy_id(record.id, chat_id) for record in export.messages}
-
-    def moved(message_id: str | None) -> str | None:
-        return None if message_id is None else ids.get(message_id, message_id)
-
-    messages = []
-    for record in export.messages:
-        data = record.data
-        if isinstance(data, dict) and data.get("id") == record.id:
-            data = {**data, "id": ids[record.id]}
-        update = {"id": ids[record.id], "chat_id": chat_id, "data": data}
-        messages.append(record.model_copy(update={**update, "parent_id": moved(record.parent_id)}))
-    branches = [
-        branch.model_copy(
-            update={
-                "id": new_id(),
-                "chat_id": chat_id,
-                "head_message_id": moved(branch.head_message_id),
-            }
-        )
-        for branch in export.branches
-    ]
-    checkpoints = [
-        point.model_copy(
-            update={"id": new_id(), "chat_id": chat_id, "message_id": moved(point.message_id)}
-        )
-        for point in export.checkpoints
-    ]
-    snapshots = [
-        snapshot.model_copy(
-            update={
-                "id": None if snapshot.id is None else new_id(),
-                "chat_id": chat_id,
-                "message_id": moved(snapshot.message_id),
-            }
-        )
-        for snapshot in export.snapshots
-    ]
-    return export.model_copy(
-        update={
-            "chat": export.chat.model_copy(update={"id": chat_id}),
-            "messages": messages,
-            "branches": branches,
-            "checkpoints": checkpoints,
-            "snapshots": snapshots,
-        }
-    )
-
-
 async def _import(args: argparse.Namespace, env: Env) -> int:
     where = _where(args.file)
     if args.as_id is not None:
         check_id(args.as_id, "the chat id of --as")
     exported = _parse(args.file, _read(args.file))
-    if args.as_id is not None:
-        exported = renamed(exported, args.as_id)
 
     def check() -> None:  # before the database is opened: a bad file changes nothing
+        nonlocal exported
         try:
+            if args.as_id is not None:
+                # The rule of store.copy_chat: the same ids as a copy made in the database.
+                exported, _ = copy_export(exported, args.as_id)
             check_export(exported)
         except ContextError as exc:
             raise InvalidInputError(f"{where} is not a valid chat export: {exc}") from None
 
-    chat_id = exported.chat.id
     async with open_store(env, write=True, check=check) as store:
+        chat_id = exported.chat.id
         try:
             await store.import_chat(exported)
         except ChatExistsError:
             raise ChatExistsError(
-                f"chat {chat_id!r} already exists in {env.shown_url}; import a copy under "
+                f"chat {chat_id!r} already exists in {env.where}; import a copy under "
                 f"another id with: {env.command('import', args.file, '--as', 'NEW_ID')}, or "
                 f"delete the existing chat first with: {env.command('delete', chat_id)}"
             ) from None
         except InvalidGraphError as exc:
             raise InvalidGraphError(
-                f"cannot import {where} into {env.shown_url}: {exc}; import a copy with new "
+                f"cannot import {where} into {env.where}: {exc}; import a copy with new "
                 f"ids with: {env.command('import', args.file, '--as', 'NEW_ID')}"
             ) from None
-    env.out.line(f"imported {_summary(exported)} into {env.shown_url}", style="green")
+    env.out.line(f"imported {_summary(exported)} into {env.where}", style="green")
     return EXIT_OK

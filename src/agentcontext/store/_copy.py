@@ -1,12 +1,19 @@
 """Copying a chat under a new id: its graph, branches, checkpoints and compactions (or one
-chain of it), with fresh ids. A plain function of a connection, run as one write transaction."""
+chain of it), with fresh ids. A plain function of a connection, run as one write transaction.
+
+`copy_export` is the one id-mapping rule of every copy: `copy_chat` and the command line's
+``import --as NEW_ID`` both use it, so a chat copied either way under the same id gets the same
+message and compaction ids.
+"""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from sqlalchemy import Connection, select
 
+from agentcontext._validate import MAX_ID_LENGTH
 from agentcontext.errors import ChatExistsError, InvalidGraphError, InvalidInputError
 from agentcontext.store import _chain, _chats, _transfer
 from agentcontext.store._checks import new_id
@@ -15,7 +22,6 @@ from agentcontext.store._messages import MESSAGE_COLS
 from agentcontext.store._schema import messages as M
 from agentcontext.store.records import (
     Branch,
-    Chat,
     ChatExport,
     Checkpoint,
     MessageRecord,
@@ -23,9 +29,11 @@ from agentcontext.store.records import (
     utcnow,
 )
 
-__all__ = ["copy_chat"]
+__all__ = ["copy_chat", "copy_export", "copy_message_id"]
 
 _COMPACTION = "compaction"
+_LONG_IDS = uuid.UUID("5d2c7e0a-93b4-4f61-8a0e-c1f6b27d49e3")
+"""The namespace of the copy ids of messages whose ``ID@CHAT`` would be too long."""
 
 
 def copy_chat(
@@ -43,47 +51,93 @@ def copy_chat(
         )
     export = _transfer.export_chat(conn, source_id)
     now = utcnow()
-    chat = Chat(
-        id=new_chat_id,
-        user_id=user_id if user_id is not None else export.chat.user_id,
-        title=export.chat.title,
-        metadata=export.chat.metadata,
-        created_at=now,
-        updated_at=now,
-    )
-    if up_to is None:
-        messages, branches, checkpoints = export.messages, export.branches, export.checkpoints
-    else:
+    if up_to is not None:
         messages = _chain_to(conn, dialect, source_id, up_to, export.messages)
         main = Branch(
             id="", chat_id=source_id, name="main", head_message_id=up_to, is_active=True,
             created_at=now,
         )  # fmt: skip
-        branches, checkpoints = [main], []
-    mapping = _new_ids(messages, new_chat_id)
-    branch_ids = {b.id: new_id() for b in branches}
-    copy = ChatExport(
-        chat=chat,
-        messages=[_message(m, new_chat_id, mapping) for m in messages],
-        branches=[
-            b.model_copy(
-                update={
-                    "id": branch_ids[b.id],
-                    "chat_id": new_chat_id,
-                    "head_message_id": mapping.get(b.head_message_id or ""),
-                }
-            )
-            for b in branches
-        ],
-        checkpoints=[
-            _checkpoint(c, new_chat_id, mapping, branch_ids)
-            for c in checkpoints
-            if c.message_id in mapping
-        ],
+        export = export.model_copy(
+            update={"messages": messages, "branches": [main], "checkpoints": []}
+        )
+    # Snapshots and resolve records are not copied.
+    export = export.model_copy(update={"snapshots": [], "blobs": []})
+    copy, mapping = copy_export(export, new_chat_id)
+    chat = copy.chat.model_copy(
+        update={
+            "user_id": user_id if user_id is not None else export.chat.user_id,
+            "created_at": now,
+            "updated_at": now,
+        }
     )
-    checked, records, held = _transfer.check_export(copy)
+    checked, records, held = _transfer.check_export(copy.model_copy(update={"chat": chat}))
     _transfer.import_chat(conn, dialect, checked, records, held)
     return mapping
+
+
+def copy_message_id(message_id: str, chat_id: str) -> str:
+    """The id of message ``message_id`` in a copy that is chat ``chat_id``: ``ID@CHAT``, or
+    when that is longer than an id may be, a name-based UUID of the two (so the rule stays a
+    function of its inputs). Compactions are named by `compaction_id` instead."""
+    copy = f"{message_id}@{chat_id}"
+    if len(copy) <= MAX_ID_LENGTH:
+        return copy
+    return uuid.uuid5(_LONG_IDS, f"{chat_id}\x00{message_id}").hex
+
+
+def copy_export(export: ChatExport, chat_id: str) -> tuple[ChatExport, dict[str, str]]:
+    """``export`` as chat ``chat_id`` with new ids for everything that has one, and the
+    mapping of its message ids (old id -> new id): the one rule of every copy.
+
+    - a message ``m`` becomes `copy_message_id` ``(m, chat_id)``, ``m@CHAT``;
+    - a compaction summary (type ``compaction``) gets the id the engine derives for a
+      compaction of the copy at the copied point, ``compaction_id(chat_id, new point)``, so
+      compacting the copy again at that point finds it; the ids in its
+      ``metadata["compaction"]`` (``through``, ``previous``) follow;
+    - branches, checkpoints and snapshots get random ids; every reference follows (parents,
+      branch heads, checkpoint messages and branches, snapshot messages, a message's own id
+      in its JSON).
+
+    Names, texts, metadata, the owner and the times stay. Raises `InvalidGraphError` when a
+    parent is missing from the export or the messages form a cycle.
+    """
+    mapping = _new_ids(export.messages, chat_id)
+    branch_ids = {branch.id: new_id() for branch in export.branches}
+
+    def moved(message_id: str | None) -> str | None:
+        return None if message_id is None else mapping.get(message_id, message_id)
+
+    branches = [
+        branch.model_copy(
+            update={
+                "id": branch_ids[branch.id],
+                "chat_id": chat_id,
+                "head_message_id": moved(branch.head_message_id),
+            }
+        )
+        for branch in export.branches
+    ]
+    checkpoints = [_checkpoint(point, chat_id, mapping, branch_ids) for point in export.checkpoints]
+    snapshots = [
+        snapshot.model_copy(
+            update={
+                "id": None if snapshot.id is None else new_id(),
+                "chat_id": chat_id,
+                "message_id": moved(snapshot.message_id),
+            }
+        )
+        for snapshot in export.snapshots
+    ]
+    copy = export.model_copy(
+        update={
+            "chat": export.chat.model_copy(update={"id": chat_id}),
+            "messages": [_message(m, chat_id, mapping) for m in export.messages],
+            "branches": branches,
+            "checkpoints": checkpoints,
+            "snapshots": snapshots,
+        }
+    )
+    return copy, mapping
 
 
 def _chain_to(
@@ -110,14 +164,14 @@ def _chain_to(
 
 
 def _new_ids(messages: list[MessageRecord], chat_id: str) -> dict[str, str]:
-    """Fresh ids, parents first; a compaction's id is derived from its copied point, as the
-    engine derives it, so compacting the copy again at that point finds it."""
+    """The new id of every message, parents first: a compaction's id is derived from its
+    copied point, as the engine derives it."""
     mapping: dict[str, str] = {}
     for message in _transfer.parents_first(messages):
         if message.type == _COMPACTION and message.parent_id in mapping:
             mapping[message.id] = compaction_id(chat_id, mapping[message.parent_id])
         else:
-            mapping[message.id] = new_id()
+            mapping[message.id] = copy_message_id(message.id, chat_id)
     return mapping
 
 
@@ -131,7 +185,9 @@ def _message(message: MessageRecord, chat_id: str, mapping: dict[str, str]) -> M
         folded = meta.get("compaction") if isinstance(meta, dict) else None
         if isinstance(folded, dict):
             folded = {
-                key: mapping.get(value, value) if key in ("through", "previous") else value
+                key: mapping.get(value, value)
+                if key in ("through", "previous") and isinstance(value, str)
+                else value
                 for key, value in folded.items()
             }
             data["metadata"] = {**meta, "compaction": folded}
@@ -148,7 +204,7 @@ def _checkpoint(
         update={
             "id": new_id(),
             "chat_id": chat_id,
-            "message_id": mapping[checkpoint.message_id],
+            "message_id": mapping.get(checkpoint.message_id, checkpoint.message_id),
             "branch_id": branch_ids.get(checkpoint.branch_id or ""),
         }
     )

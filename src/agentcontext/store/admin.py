@@ -8,8 +8,9 @@ Package-internal: the command line and the viewer use these; applications use
   `downgrade_in_transaction`.
 - The driver's worker threads (aiosqlite), so a program can let them finish before its event
   loop closes: `driver_threads`, `settle_driver_threads`.
-- Checking a chat export before it is written: `check_export`; new ids: `new_id`; the file
-  of a database URL: `database_file`.
+- Checking a chat export before it is written: `check_export`; a copy of an export under
+  another chat id, by the id rule `SqlContextStore.copy_chat` follows: `copy_export`; new
+  ids: `new_id`; the file of a database URL: `database_file`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 
 from agentcontext.store._checks import new_id
+from agentcontext.store._copy import copy_export
 from agentcontext.store._database import driver_threads, settle_driver_threads
 from agentcontext.store._dialects import database_file as _database_file
 from agentcontext.store._migrate import (
@@ -33,6 +35,7 @@ from agentcontext.store._transfer import check_export
 
 __all__ = [
     "check_export",
+    "copy_export",
     "database_file",
     "current_revision",
     "downgrade_in_transaction",

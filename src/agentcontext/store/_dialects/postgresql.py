@@ -38,7 +38,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from agentcontext.errors import ContextError, StoreUnavailableError
+from agentcontext.errors import ContextError, InvalidInputError, StoreError, StoreUnavailableError
 from agentcontext.store import _tokenizer
 from agentcontext.store._dialects.base import (
     AppendRefused,
@@ -154,6 +154,7 @@ class PostgresDialect(Dialect):
 
     def make_engine(self, url: URL, options: EngineOptions, kwargs: dict[str, Any]) -> AsyncEngine:
         connect_args = dict(kwargs.pop("connect_args", None) or {})
+        _refuse_libpq_options(url, connect_args)
         connect_args.setdefault("timeout", float(options.connect_timeout))
         if options.command_timeout is not None:
             connect_args.setdefault("command_timeout", options.command_timeout)
@@ -336,6 +337,20 @@ class PostgresDialect(Dialect):
         self, exc: BaseException, reason: str, url: URL, busy: bool
     ) -> ContextError | None:
         shown = url.render_as_string(hide_password=True)
+        # A prepared statement that vanished (26000), that another client already prepared
+        # under the same name (42P05), or whose parameters belong to another statement
+        # (08P01): asyncpg's statements met other server connections than the one that
+        # prepared them, the mark of a pooler in transaction mode the store was not told of.
+        state = sqlstate(exc)
+        if not self.pgbouncer and (
+            state in ("26000", "42P05") or (state == "08P01" and "prepared statement" in reason)
+        ):
+            return StoreError(
+                f"database error on {shown}: {reason}. The server looks like PgBouncer in "
+                "transaction pooling mode, where a prepared statement does not outlive its "
+                "transaction: add ?pgbouncer=true to the URL (or pass pgbouncer=True to "
+                "SqlContextStore)"
+            )
         if _names_missing_database(exc):
             words = ["createdb"]
             for flag, value in (("-h", url.host), ("-p", url.port), ("-U", url.username)):
@@ -375,6 +390,36 @@ def unique_statement_name() -> str:
     # asyncpg numbers statements per client connection; behind PgBouncer two clients would
     # collide on one server connection. A random name cannot.
     return f"__agentcontext_{uuid.uuid4().hex}__"
+
+
+_SEARCH_PATH = re.compile(r"(?:-c\s*|--)search_path\s*=\s*([^\s,]+)")
+
+
+def _refuse_libpq_options(url: URL, connect_args: Mapping[str, Any]) -> None:
+    """Refuse, when the store is made, what asyncpg would only refuse on the first connection
+    with a raw ``TypeError``: libpq's ``options`` (``?options=-csearch_path%3Dacme``, a common
+    way to pick a schema), in the URL or in ``connect_args``."""
+    given = url.query.get("options")
+    where, drop = "the URL's options=", "remove options= from the URL"
+    if given is None and "options" in connect_args:
+        given = connect_args["options"]
+        where, drop = "connect_args={'options': ...}", "remove 'options' from connect_args"
+    if given is None:
+        return
+    found = _SEARCH_PATH.search(" ".join(given) if isinstance(given, tuple) else str(given))
+    if found is not None:
+        schema = found.group(1).strip("'\"")
+        raise InvalidInputError(
+            f"{where} (libpq's '-c search_path=...') is not supported by the asyncpg driver, "
+            f"and a store does not follow a search_path: to keep a tenant's tables in schema "
+            f"{schema!r}, pass schema={schema!r} to SqlContextStore (on the command line: "
+            f"--schema {schema}, or AGENTCONTEXT_SCHEMA={schema}) and {drop}"
+        )
+    raise InvalidInputError(
+        f"{where} (libpq's '-c name=value' settings) is not supported by the asyncpg driver: "
+        "pass server settings as connect_args={'server_settings': {'name': 'value'}}, and a "
+        f"tenant's schema as schema='name' (on the command line: --schema name), and {drop}"
+    )
 
 
 def _names_missing_database(error: BaseException) -> bool:
