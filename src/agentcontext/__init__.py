@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 # The errors are cheap and needed by every caller. Everything else is imported on first use
 # (module `__getattr__`), so `import agentcontext` stays light: SQLAlchemy's dialects, the
 # pydantic models, the price tables, the tokenizer, Alembic and rich load only when a name
-# that needs them is first read. The imports below are the one list of public names: the type
-# checker reads them, and `_exports` reads them for `__all__` and the lazy imports.
+# that needs them is first read. The imports below are the one list of public names the type
+# checker reads; `_EXPORTS` further down repeats them as a literal table for `__all__` and the
+# lazy imports (a test keeps the two equal).
 from agentcontext.errors import BranchExistsError as BranchExistsError
 from agentcontext.errors import BranchNotFoundError as BranchNotFoundError
 from agentcontext.errors import ChatBusyError as ChatBusyError
@@ -179,30 +180,147 @@ _MODULES = frozenset(
     }
 )
 
-_found: dict[str, str] = {}
-
-
-def _exports() -> dict[str, str]:
-    """Every public name and the module it lives in, read once from the imports above."""
-    if not _found:
-        import ast
-
-        with open(__file__, encoding="utf-8") as source:
-            tree = ast.parse(source.read())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(__name__):
-                for alias in node.names:
-                    if alias.asname == alias.name:  # `X as X`: a public re-export
-                        _found[alias.name] = node.module or __name__
-    return _found
+# Every public name and the module it lives in. A literal, not read from this file's source at
+# import time: a bytecode-only install (a zipapp, a frozen bundle, `compileall -b` with the .py
+# files removed) has no source to read.
+_EXPORTS: dict[str, str] = {
+    "BranchExistsError": "agentcontext.errors",
+    "BranchNotFoundError": "agentcontext.errors",
+    "ChatBusyError": "agentcontext.errors",
+    "ChatExistsError": "agentcontext.errors",
+    "ChatNotFoundError": "agentcontext.errors",
+    "ChatOwnershipError": "agentcontext.errors",
+    "CheckpointNotFoundError": "agentcontext.errors",
+    "ContextError": "agentcontext.errors",
+    "ContextWindowError": "agentcontext.errors",
+    "CorruptDataError": "agentcontext.errors",
+    "EmptyConversationError": "agentcontext.errors",
+    "FragmentLoadError": "agentcontext.errors",
+    "HeadConflictError": "agentcontext.errors",
+    "InvalidGraphError": "agentcontext.errors",
+    "InvalidInputError": "agentcontext.errors",
+    "InvalidTypeError": "agentcontext.errors",
+    "MessageNotFoundError": "agentcontext.errors",
+    "MissingExtraError": "agentcontext.errors",
+    "ModelNotFoundError": "agentcontext.errors",
+    "NotFoundError": "agentcontext.errors",
+    "ReminderError": "agentcontext.errors",
+    "SchemaOutdatedError": "agentcontext.errors",
+    "SerializationError": "agentcontext.errors",
+    "SnapshotError": "agentcontext.errors",
+    "StoreClosedError": "agentcontext.errors",
+    "StoreError": "agentcontext.errors",
+    "StoreUnavailableError": "agentcontext.errors",
+    "Compaction": "agentcontext.engine",
+    "ContextEngine": "agentcontext.engine",
+    "ContextWindow": "agentcontext.engine",
+    "InspectResult": "agentcontext.engine",
+    "SaveResult": "agentcontext.engine",
+    "Estimate": "agentcontext.estimate",
+    "approximate_tokens": "agentcontext.estimate",
+    "estimate_context": "agentcontext.estimate",
+    "register_model": "agentcontext.estimate",
+    "register_tokenizer": "agentcontext.estimate",
+    "ContextFragment": "agentcontext.fragments",
+    "FragmentCodec": "agentcontext.fragments",
+    "FragmentData": "agentcontext.fragments",
+    "alias": "agentcontext.fragments",
+    "analogy": "agentcontext.fragments",
+    "assistant": "agentcontext.fragments",
+    "assistant_text": "agentcontext.fragments",
+    "clarification": "agentcontext.fragments",
+    "correction": "agentcontext.fragments",
+    "example": "agentcontext.fragments",
+    "explain": "agentcontext.fragments",
+    "fragment": "agentcontext.fragments",
+    "glossary": "agentcontext.fragments",
+    "guardrail": "agentcontext.fragments",
+    "hint": "agentcontext.fragments",
+    "identity": "agentcontext.fragments",
+    "is_fragment": "agentcontext.fragments",
+    "is_lazy_fragment": "agentcontext.fragments",
+    "is_message_fragment": "agentcontext.fragments",
+    "last_assistant_message": "agentcontext.fragments",
+    "message": "agentcontext.fragments",
+    "persona": "agentcontext.fragments",
+    "policy": "agentcontext.fragments",
+    "preference": "agentcontext.fragments",
+    "principle": "agentcontext.fragments",
+    "quirk": "agentcontext.fragments",
+    "role": "agentcontext.fragments",
+    "style_guide": "agentcontext.fragments",
+    "term": "agentcontext.fragments",
+    "user": "agentcontext.fragments",
+    "workflow": "agentcontext.fragments",
+    "LoadContext": "agentcontext.lazy",
+    "DataPart": "agentcontext.messages",
+    "FilePart": "agentcontext.messages",
+    "Message": "agentcontext.messages",
+    "Part": "agentcontext.messages",
+    "ReasoningPart": "agentcontext.messages",
+    "ResolveResult": "agentcontext.messages",
+    "TextPart": "agentcontext.messages",
+    "ToolPart": "agentcontext.messages",
+    "ReminderContext": "agentcontext.reminders",
+    "after_turn": "agentcontext.reminders",
+    "all_of": "agentcontext.reminders",
+    "any_of": "agentcontext.reminders",
+    "elapsed": "agentcontext.reminders",
+    "every_n_turns": "agentcontext.reminders",
+    "first_n_turns": "agentcontext.reminders",
+    "first_turn": "agentcontext.reminders",
+    "message_matches": "agentcontext.reminders",
+    "not_": "agentcontext.reminders",
+    "reminder": "agentcontext.reminders",
+    "strip_reminders": "agentcontext.reminders",
+    "tokens_over": "agentcontext.reminders",
+    "tool_failed": "agentcontext.reminders",
+    "ContextRenderer": "agentcontext.renderers",
+    "MarkdownRenderer": "agentcontext.renderers",
+    "TomlRenderer": "agentcontext.renderers",
+    "ToonRenderer": "agentcontext.renderers",
+    "XmlRenderer": "agentcontext.renderers",
+    "FragmentRegistry": "agentcontext.serialized",
+    "from_fragment": "agentcontext.serialized",
+    "to_fragment": "agentcontext.serialized",
+    "ContextItem": "agentcontext.snapshots",
+    "ContextItemKind": "agentcontext.snapshots",
+    "ContextSnapshot": "agentcontext.snapshots",
+    "SelectionStrategy": "agentcontext.snapshots",
+    "blob_hash": "agentcontext.snapshots",
+    "snapshot_fragment": "agentcontext.snapshots",
+    "Branch": "agentcontext.store",
+    "BranchInfo": "agentcontext.store",
+    "ChainPage": "agentcontext.store",
+    "Chat": "agentcontext.store",
+    "ChatExport": "agentcontext.store",
+    "ChatInfo": "agentcontext.store",
+    "ChatUpdate": "agentcontext.store",
+    "Checkpoint": "agentcontext.store",
+    "ContextStore": "agentcontext.store",
+    "ErasureReport": "agentcontext.store",
+    "Fold": "agentcontext.store",
+    "Graph": "agentcontext.store",
+    "GraphNode": "agentcontext.store",
+    "GraphOutline": "agentcontext.store",
+    "InMemoryContextStore": "agentcontext.store",
+    "MessageRecord": "agentcontext.store",
+    "PruneReport": "agentcontext.store",
+    "PurgeReport": "agentcontext.store",
+    "ResolveRecord": "agentcontext.store",
+    "SearchResult": "agentcontext.store",
+    "SqlContextStore": "agentcontext.store",
+    "graph_to_mermaid": "agentcontext.views",
+    "visualize_graph": "agentcontext.views",
+}
 
 
 def __getattr__(name: str) -> Any:
     if name == "__all__":
-        return ["__version__", *sorted(_exports())]
+        return ["__version__", *sorted(_EXPORTS)]
     if name in _MODULES:
         return importlib.import_module(f"{__name__}.{name}")
-    module = _exports().get(name)
+    module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
@@ -211,4 +329,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_exports()))
+    return sorted(set(globals()) | set(_EXPORTS))

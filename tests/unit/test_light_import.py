@@ -67,7 +67,7 @@ def test_every_public_name_resolves_lazily_to_its_home() -> None:
         if name == "__version__":
             assert isinstance(value, str)
             continue
-        home = agentcontext._exports()[name]
+        home = agentcontext._EXPORTS[name]
         assert getattr(importlib.import_module(home), name) is value
     assert set(agentcontext.__all__) <= set(dir(agentcontext))
     # Submodules stay reachable as attributes after a plain `import agentcontext`.
