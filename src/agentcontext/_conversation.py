@@ -14,6 +14,7 @@ import asyncio
 import builtins
 import dataclasses
 from collections.abc import Collection, Mapping
+from datetime import datetime
 from typing import Any, cast
 
 from pydantic import ValidationError
@@ -168,6 +169,10 @@ def _message_bytes(message: Message) -> int:
     return size
 
 
+_Tail = tuple[list[str], list[str | None], list[Message], list[datetime | None]]
+"""A detached tail: ids, parents, messages and times."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ChainCopy:
     """A chain as an engine held it at a committed chat version, left in the store's memory
@@ -188,6 +193,7 @@ class ChainCopy:
     loaded: ChainRows | None
     dirty: frozenset[str]
     extra_bytes: int
+    times: list[datetime | None] = dataclasses.field(default_factory=list)
     branch_id: str | None = None
     """The branch of the engine that left it (it serves any branch whose head it holds)."""
 
@@ -200,7 +206,13 @@ class ChainCache:
     """The branch's chain as the engine last saw it: ids, parents and decoded messages.
 
     ``version`` is the chat's change version the cached content corresponds to (None: the
-    cache must be loaded).
+    cache must be loaded). It is the engine's `ChainView`: what it exposes beside ``ids``,
+    ``messages``, ``index``, ``placeholders``, ``summary``, ``base`` and ``head`` is read
+    through `folded_turns` and `created_at`.
+
+    Each message's creation time is kept beside it: its record's for a message a save or a
+    catch-up appended, the loaded row's when the store gives it (see `ChainRows.times`), else
+    None.
 
     When the chain is cut (a rewind, a switch to an ancestor), the part cut off is kept as the
     *detached tail*: moving back to a message in it (switching back to the branch that was
@@ -223,6 +235,7 @@ class ChainCache:
         "parents",
         "placeholders",
         "summary",
+        "times",
         "version",
     )
 
@@ -233,9 +246,11 @@ class ChainCache:
         self.parents: list[str | None] = []
         self.messages: list[Message] = []
         self.index: dict[str, int] = {}
+        self.times: list[datetime | None] = []
+        """Each message's ``created_at``, or None when not known."""
         self.placeholders: builtins.set[str] = builtins.set()
         """Ids of the empty assistant placeholders on the chain (resolve leaves them out)."""
-        self.detached: tuple[list[str], list[str | None], list[Message]] | None = None
+        self.detached: _Tail | None = None
         self.detached_version = 0
         self.expected: tuple[int, str | None] | None = None
         """``(version, head)`` the store should report if nobody else wrote since this
@@ -277,11 +292,18 @@ class ChainCache:
         loaded: ChainRows | None = None,
     ) -> None:
         self.summary, self.base = summary, base
-        # The cache's own lists grow and shrink with the chain: keep the loaded ids apart.
-        self.loaded = None if loaded is None else dataclasses.replace(loaded, ids=list(loaded.ids))
+        times = [] if loaded is None else loaded.times
+        if len(times) != len(ids):  # the store gives none
+            times = [None] * len(ids)
+        # The cache's own lists grow and shrink with the chain: keep the loaded ids apart (the
+        # times are the cache's alone).
+        self.loaded = (
+            None if loaded is None else dataclasses.replace(loaded, ids=list(loaded.ids), times=[])
+        )
         self.dirty = builtins.set()
         self.head, self.version = head, version
         self.ids, self.parents, self.messages = ids, parents, messages
+        self.times = times
         self.index = dict(zip(ids, range(len(ids)), strict=True))
         self.placeholders = _placeholders(messages)
         self.detached = None
@@ -304,6 +326,7 @@ class ChainCache:
             parents=self.parents.copy(),
             messages=self.messages.copy(),
             index=self.index.copy(),
+            times=self.times.copy(),
             placeholders=frozenset(self.placeholders),
             summary=self.summary,
             base=self.base,
@@ -318,6 +341,7 @@ class ChainCache:
         self.head, self.version = held.head, held.version
         self.ids, self.parents = held.ids.copy(), held.parents.copy()
         self.messages, self.index = held.messages.copy(), held.index.copy()
+        self.times = held.times.copy()
         self.placeholders = builtins.set(held.placeholders)
         self.summary, self.base = held.summary, held.base
         self.loaded, self.dirty = held.loaded, builtins.set(held.dirty)
@@ -357,6 +381,7 @@ class ChainCache:
         if keep >= len(self.ids):
             return
         ids, parents, messages = self.ids[keep:], self.parents[keep:], self.messages[keep:]
+        times = self.times[keep:]
         index = self.index
         for message_id in ids:
             del index[message_id]
@@ -365,21 +390,23 @@ class ChainCache:
         del self.ids[keep:]
         del self.parents[keep:]
         del self.messages[keep:]
+        del self.times[keep:]
         assert self.version is not None
         if self.detached is not None and self.detached[1][0] == ids[-1]:
             # The tail cut before continues this one: keep them as one.
             ids += self.detached[0]
             parents += self.detached[1]
             messages += self.detached[2]
+            times += self.detached[3]
             self.detached_version = min(self.detached_version, self.version)
         else:
             self.detached_version = self.version
-        self.detached = (ids, parents, messages)
+        self.detached = (ids, parents, messages, times)
 
     def _reattach(self, message_id: str) -> bool:
         if self.detached is None:
             return False
-        ids, parents, messages = self.detached
+        ids, parents, messages, times = self.detached
         try:
             end = ids.index(message_id)
         except ValueError:
@@ -392,16 +419,24 @@ class ChainCache:
         self.detached = None
         self._cut(0 if anchor is None or anchor == self.base else self.index[anchor] + 1)
         for i in range(end + 1):
-            self.append(ids[i], parents[i], messages[i])
+            self.append(ids[i], parents[i], messages[i], times[i])
         # Changes made to the tail while it was detached were not applied: fetch them again.
         self.version = min(self.version, since)
         return True
 
-    def append(self, message_id: str, parent_id: str | None, message: Message) -> None:
+    def append(
+        self,
+        message_id: str,
+        parent_id: str | None,
+        message: Message,
+        created_at: datetime | None,
+    ) -> None:
+        """A message after the head, stored at ``created_at`` (None: not known)."""
         self.index[message_id] = len(self.ids)
         self.ids.append(message_id)
         self.parents.append(parent_id)
         self.messages.append(message)
+        self.times.append(created_at)
         self.head = message_id
         self.extra_bytes += _message_bytes(message)
         if is_empty_assistant_placeholder(message):
@@ -415,6 +450,12 @@ class ChainCache:
         meta = self.summary.metadata.get("compaction")
         turns = meta.get("turns") if isinstance(meta, dict) else None
         return turns if isinstance(turns, int) and not isinstance(turns, bool) else 0
+
+    def created_at(self, message_id: str) -> datetime | None:
+        """When a message of the chain was stored; None when the chain does not know (the
+        message is not on it, or it was loaded without its time)."""
+        position = self.index.get(message_id)
+        return None if position is None else self.times[position]
 
     def raw_texts(self) -> dict[str, str | bytes | None]:
         """The stored JSON text of the loaded messages not changed since (by id)."""
@@ -597,6 +638,11 @@ class Conversation:
         )
         self.remember()
 
+    async def synced_head(self) -> str | None:
+        """The head of the branch as stored now (the chain brought up to date)."""
+        await self.sync()
+        return self.chain.head
+
     def _current(self, state: BranchState | None) -> BranchState:
         """``state`` if it is of the chat this engine opened; `deleted_error` when the branch
         is gone or the chat was deleted and created again since (nothing held of the chat
@@ -732,7 +778,7 @@ class Conversation:
             if current != chain.head and not chain.truncate(current, reattach=False):
                 return False  # the new head is not reachable from what changed
             for record in reversed(tail):
-                chain.append(record.id, record.parent_id, decode_record(record))
+                chain.append(record.id, record.parent_id, decode_record(record), record.created_at)
             chain.head = head
         chain.version = version
         return True

@@ -21,12 +21,14 @@ import random
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentcontext import _telemetry as telemetry
 from agentcontext._conversation import Conversation, decode_record
 from agentcontext._gc import gc_paused
+from agentcontext._storetypes import takes_tokens
 from agentcontext.errors import (
     HeadConflictError,
     InvalidGraphError,
@@ -35,9 +37,10 @@ from agentcontext.errors import (
 )
 from agentcontext.fragments import new_message_id
 from agentcontext.messages import Message
+from agentcontext.store.protocols import ConsistencyTokens
 from agentcontext.store.records import Branch, MessageRecord, utcnow
 
-__all__ = ["MAX_SAVE_ATTEMPTS", "SaveResult", "save_turn"]
+__all__ = ["MAX_SAVE_ATTEMPTS", "SaveResult", "save_turn", "with_consistency_token"]
 
 MAX_SAVE_ATTEMPTS = 64
 """Compare-and-swap attempts before a save gives up with HeadConflictError."""
@@ -81,6 +84,14 @@ class SaveResult(BaseModel):
                 "no head; set() a message before save(), or read SaveResult.head (None here)"
             )
         return self.head
+
+
+def with_consistency_token(store: object, chat_id: str, result: SaveResult) -> SaveResult:
+    """``result`` with the consistency token of its commit, when the store gives one."""
+    if not takes_tokens(store):
+        return result
+    token = cast(ConsistencyTokens, store).consistency_token(chat_id)
+    return result if token is None else result.model_copy(update={"consistency_token": token})
 
 
 _WRITE_LOCKS: weakref.WeakKeyDictionary[object, weakref.WeakValueDictionary[str, asyncio.Lock]]
@@ -348,7 +359,7 @@ async def _after_append(
         if record.id in chain.index:
             chain.replace(message)
         elif record.id not in updates:
-            chain.append(record.id, record.parent_id, message)
+            chain.append(record.id, record.parent_id, message, record.created_at)
         # else: an in-place update of a message off this branch; the chain is unchanged.
     if version is None:
         # Not read back: a save bumps the version by one, so if the next read finds exactly
@@ -409,7 +420,7 @@ async def fork_for_update(
         # The version stays: the next sync fetches the fork's own rows (and anything else
         # written since) and finds them in place.
         for record, message in zip(records, renamed, strict=True):
-            conv.chain.append(record.id, record.parent_id, message)
+            conv.chain.append(record.id, record.parent_id, message, record.created_at)
     else:
         conv.chain.invalidate()
     return SaveResult(head_message_id=info.head_message_id)

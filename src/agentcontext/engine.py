@@ -4,70 +4,63 @@ The engine keeps two lists: context fragments (they render into the system promp
 message fragments (they become nodes of the graph on `ContextEngine.save`). It talks only to
 the store interface (`EngineStore`, which every `ContextStore` is).
 
-The public verbs live here; the concerns behind them have modules of their own:
-``_conversation`` (the chat, the branch and its chain held in memory, kept in step with the
-store) and ``_save`` (compare-and-swap, grafting, idempotent retries).
+The public verbs live here, with their docstrings and argument checks; the concerns behind
+them have modules of their own, each given the state it needs, never the engine:
+``_conversation`` (the chat, its branch and chain, kept in step with the store), ``_pending``
+(the pending queue and the conversation it makes with the chain), ``_request`` (what a model
+is sent), ``_save`` (compare-and-swap, grafting, idempotent retries), ``_turns`` (streaming
+turns), ``_branching``, ``_records``, ``_inspect``, ``_history``, ``_metadata``,
+``_compaction`` and ``reminders.engine``. What they read of the chain is a `ChainView`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from pydantic import BaseModel
-
+from agentcontext import _branching as branching
+from agentcontext import _history as history
+from agentcontext import _records as records
+from agentcontext import _request as request
 from agentcontext import _telemetry as telemetry
 from agentcontext import _validate as v
 from agentcontext._compaction import Compaction, Summarizer
 from agentcontext._compaction import compact as compact_branch
-from agentcontext._conversation import DELETED, Conversation, decode_record
-from agentcontext._save import SaveResult, chat_write_lock, save_turn
-from agentcontext._window import ContextWindow, fit
+from agentcontext._conversation import DELETED, Conversation
+from agentcontext._inspect import InspectFragments, InspectMeta, InspectResult, build_inspect
+from agentcontext._metadata import add_to_usage, retitle
+from agentcontext._pending import PendingQueue
+from agentcontext._save import SaveResult, chat_write_lock, save_turn, with_consistency_token
+from agentcontext._storetypes import check_store
+from agentcontext._turns import TURNS as _TURNS  # noqa: F401 (importable here, as before)
+from agentcontext._turns import TurnTracker, placeholder_fragment, stored_turn, turn_at_head
+from agentcontext._window import ContextWindow
 from agentcontext.errors import (
-    BranchNotFoundError,
     ChatNotFoundError,
-    CheckpointNotFoundError,
-    EmptyConversationError,
     InvalidInputError,
     InvalidTypeError,
-    MessageNotFoundError,
     NotFoundError,
 )
-from agentcontext.estimate import Estimate, estimate_context
+from agentcontext.estimate import Estimate
 from agentcontext.fragments import (
     ContextFragment,
-    assistant,
     check_fragment_data,
-    is_empty_assistant_placeholder,
     is_lazy_fragment,
     is_message_fragment,
     message_of,
-    resolve_lazy_message,
     with_message_id,
 )
-from agentcontext.lazy import LazyResolver, LoadContext, has_lazy_value
+from agentcontext.lazy import LazyResolver, LoadContext
 from agentcontext.messages import Message, ResolveResult
 from agentcontext.reminders.engine import remind, without_reminders
-from agentcontext.renderers import ContextRenderer, XmlRenderer
+from agentcontext.renderers import ContextRenderer
 from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store.protocols import ConsistencyTokens, EngineStore
-from agentcontext.store.records import (
-    PURGED,
-    Branch,
-    BranchInfo,
-    Chat,
-    ChatUpdate,
-    Checkpoint,
-    Graph,
-    MessageRecord,
-    ResolveRecord,
-    utcnow,
-)
-from agentcontext.usage import add_usage, as_mapping, normalize_usage
+from agentcontext.store.records import Branch, BranchInfo, Chat, Checkpoint, ResolveRecord
+from agentcontext.usage import as_mapping, normalize_usage
 
 __all__ = [
     "Compaction",
@@ -78,95 +71,6 @@ __all__ = [
     "InspectResult",
     "SaveResult",
 ]
-
-_TURNS = uuid.UUID("6f0c7f5e-2b1a-4c59-9d0e-5a1f3c8b7e42")
-"""Namespace of the placeholder ids of `ContextEngine.begin_turn` (derived from the user
-message's id, so a retried begin_turn gives the same placeholder)."""
-
-
-class InspectFragments(BaseModel):
-    """The fragments of an `InspectResult`, as JSON-able data."""
-
-    context: list[dict[str, Any]]
-    """System-prompt fragments (lazy data materialised)."""
-    pending: list[dict[str, Any]]
-    """Message fragments waiting for ``save()``."""
-    persisted: list[MessageRecord]
-    """The stored messages of the branch, root first."""
-
-
-class InspectMeta(BaseModel):
-    """Where and when an `InspectResult` was taken."""
-
-    chat_id: str
-    branch: str
-    timestamp: datetime
-
-
-class InspectResult(BaseModel):
-    """Everything about an engine's context, JSON-serialisable (``model_dump(mode="json")``)."""
-
-    estimate: Estimate | None
-    rendered: str
-    fragments: InspectFragments
-    graph: Graph
-    meta: InspectMeta
-
-
-def _fragment_json(fragment: ContextFragment) -> dict[str, Any]:
-    """A JSON-able view of a context fragment (for inspect)."""
-
-    def plain(value: Any, depth: int = 0) -> Any:
-        if depth > 64:
-            return "…"
-        if isinstance(value, ContextFragment):
-            return {"name": value.name, "data": plain(value.data, depth + 1)}
-        if isinstance(value, Mapping):
-            return {str(k): plain(item, depth + 1) for k, item in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [plain(item, depth + 1) for item in value]
-        if value is None or isinstance(value, (str, int, float, bool)):
-            return value
-        return repr(value)
-
-    data = fragment.codec.decode() if fragment.codec is not None else fragment.data
-    out: dict[str, Any] = {"name": fragment.name, "type": fragment.type, "data": plain(data)}
-    if fragment.id is not None:
-        out["id"] = fragment.id
-    return out
-
-
-def _message_json(message: Message) -> bytes:
-    """A message exactly as pydantic serialises it, so a replay gives back the same bytes."""
-    return message.model_dump_json().encode("utf-8")
-
-
-_STORE_TYPES: set[type] = set()
-"""Types checked to be `EngineStore`s already (a fresh engine per request checks once)."""
-
-
-def _check_store(store: object) -> None:
-    kind = type(store)
-    if kind in _STORE_TYPES:
-        return
-    if not isinstance(store, EngineStore):
-        raise InvalidTypeError(
-            f"store must be a ContextStore (such as SqlContextStore), got {v.type_name(store)}"
-        )
-    _STORE_TYPES.add(kind)
-
-
-_TOKEN_TYPES: dict[type, bool] = {}
-"""Whether stores of a type take consistency tokens (a protocol check is slow, and a save
-asks it every time)."""
-
-
-def _takes_tokens(store: object) -> bool:
-    kind = type(store)
-    found = _TOKEN_TYPES.get(kind)
-    if found is None:
-        found = _TOKEN_TYPES[kind] = isinstance(store, ConsistencyTokens)
-    return found
 
 
 class ContextEngine:
@@ -209,7 +113,7 @@ class ContextEngine:
         lazy_max_items: int = 10_000,
         after: str | None = None,
     ) -> None:
-        _check_store(store)
+        check_store(store)
         self._store = store
         checked_metadata = None if metadata is None else v.check_json_object(metadata, "metadata")
         checked_chat = v.check_id(chat_id, "chat_id")
@@ -231,8 +135,8 @@ class ContextEngine:
                 )
             store.read_after(checked_chat, after)
         self._fragments: list[ContextFragment] = []
-        self._pending: list[ContextFragment] = []
-        self._turn: str | None = None
+        self._pending = PendingQueue()
+        self._turns = TurnTracker()
         self._lock = asyncio.Lock()
 
     # --- properties -------------------------------------------------------------------------
@@ -286,7 +190,7 @@ class ContextEngine:
     @property
     def pending(self) -> list[ContextFragment]:
         """The message fragments waiting for `save` (a copy)."""
-        return list(self._pending)
+        return self._pending.snapshot()
 
     def __repr__(self) -> str:
         return (
@@ -313,7 +217,7 @@ class ContextEngine:
                 v.check_message_size(message_of(fragment), f"set() argument {index} (a message)")
         for fragment in fragments:
             if is_message_fragment(fragment):
-                self._pending.append(fragment)
+                self._pending.add(fragment)
             else:
                 self._fragments.append(fragment)
         return self
@@ -321,9 +225,7 @@ class ContextEngine:
     def clear_pending(self) -> list[ContextFragment]:
         """Drop the messages waiting for `save` (say, after a failed model call) and return
         them."""
-        dropped = list(self._pending)
-        self._pending.clear()
-        return dropped
+        return self._pending.clear()
 
     # --- initialisation -----------------------------------------------------------------------
 
@@ -337,7 +239,7 @@ class ContextEngine:
         """Hold the engine's lock, initialised; name a chat deleted under the engine clearly."""
         async with self._lock:
             if self._conv.follow_transaction():
-                self._turn = None  # its placeholder was rolled back with it
+                self._turns.reset()  # its placeholder was rolled back with it
             try:
                 await self._conv.open()
                 yield
@@ -377,56 +279,20 @@ class ContextEngine:
         Raises:
             ContextWindowError: the request cannot fit the window even so.
         """
-        renderer = self._check_renderer(renderer)
+        renderer = request.check_renderer(renderer)
         if window is not None and not isinstance(window, ContextWindow):
             raise InvalidTypeError(f"window must be a ContextWindow, got {v.type_name(window)}")
         v.check_bool(record, "record")
         async with self._session():
             fragments = await self._materialize()
             system_prompt = renderer.render(fragments)
-            await self._conv.sync()
-            await remind(
-                self._conv, self._fragments, self._pending, self._resolve_pending,
-                ("user", "tool-output"),
-            )  # fmt: skip
-            messages = self._compose()
-            omitted: list[str] = []
-            estimate: int | None = None
-            if window is not None:
-                summary = self._conv.chain.summary
-                fitted = fit(
-                    window,
-                    system_prompt,
-                    messages,
-                    keep=() if summary is None else (summary.id,),
-                    raw=self._conv.chain.raw_texts(),
-                )
-                messages, omitted, estimate = fitted.messages, fitted.omitted, fitted.tokens
-            result = ResolveResult.model_construct(
-                system_prompt=system_prompt,
-                messages=messages,
-                record_id=None,
-                omitted=omitted,
-                estimate=estimate,
-            )
+            conv = self._conv
+            await conv.sync()
+            await remind(conv, conv.chain, self._pending, self._fragments, ("user", "tool-output"))
+            result = request.assemble(system_prompt, conv.chain, self._pending, window)
             if record:
-                result = await self._record(result, renderer)
+                result = await records.record(self._store, conv, repr(renderer), result)
             return result
-
-    async def _record(self, result: ResolveResult, renderer: ContextRenderer) -> ResolveResult:
-        """Store the prompt and the messages as blobs; return the result with its record id."""
-        conv = self._conv
-        assert conv.branch is not None
-        stored = await self._store.create_resolve_record(
-            conv.chat_id,
-            branch_id=conv.branch.id,
-            branch_name=conv.branch.name,
-            head_message_id=conv.chain.head,
-            renderer=repr(renderer),
-            system_prompt=result.system_prompt,
-            messages=[(message.id, _message_json(message)) for message in result.messages],
-        )
-        return result.model_copy(update={"record_id": stored.id})
 
     async def replay(self, record_id: str) -> ResolveResult:
         """What a ``resolve(record=True)`` returned, rebuilt from the store byte for byte.
@@ -436,22 +302,7 @@ class ContextEngine:
         """
         v.check_id(record_id, "record_id")
         async with self._session():
-            record = await self._store.get_resolve_record(record_id)
-            if record is None or record.chat_id != self.chat_id:
-                raise NotFoundError(f"chat {self.chat_id!r} has no resolve record {record_id!r}")
-            blobs = {}
-            for digest in {record.prompt_blob, *record.message_blobs}:
-                content = await self._store.read_blob(digest)
-                if content is None:
-                    raise NotFoundError(
-                        f"blob {digest} of resolve record {record_id!r} is missing from the store"
-                    )
-                blobs[digest] = content
-        return ResolveResult(
-            system_prompt=blobs[record.prompt_blob].decode("utf-8"),
-            messages=[Message.model_validate_json(blobs[h]) for h in record.message_blobs],
-            record_id=record.id,
-        )
+            return await records.replay(self._store, self.chat_id, record_id)
 
     async def list_records(self) -> list[ResolveRecord]:
         """The chat's resolve records, newest first."""
@@ -471,7 +322,7 @@ class ContextEngine:
                 f"snapshot() takes a ContextSnapshot, got {v.type_name(snapshot)}"
             )
         async with self._session():
-            head = await self._fresh_head()
+            head = await self._conv.synced_head()
             return await self._store.save_snapshot(snapshot, chat_id=self.chat_id, message_id=head)
 
     async def list_snapshots(self) -> list[ContextSnapshot]:
@@ -495,74 +346,11 @@ class ContextEngine:
         """The conversation as `resolve` returns it, without rendering the prompt."""
         async with self._session():
             await self._conv.sync()
-            return self._compose()
-
-    @staticmethod
-    def _check_renderer(renderer: object) -> ContextRenderer:
-        if renderer is None:
-            return XmlRenderer()
-        if not isinstance(renderer, ContextRenderer):
-            raise InvalidTypeError(
-                f"renderer must be a ContextRenderer (XmlRenderer(), MarkdownRenderer(), ...), "
-                f"got {v.type_name(renderer)}"
-            )
-        return renderer
+            return self._pending.compose(self._conv.chain)
 
     async def _materialize(self) -> list[ContextFragment]:
         fragments = without_reminders(self._fragments)
         return await self._resolver.materialize(fragments, LoadContext(engine=self))
-
-    def _last_assistant_id(self, pending: Sequence[ContextFragment]) -> str | None:
-        for fragment in reversed(pending):
-            if fragment.name == "assistant" and not is_lazy_fragment(fragment):
-                return message_of(fragment).id
-        for message in reversed(self._conv.chain.messages):
-            if message.role == "assistant":
-                return message.id
-        return None
-
-    def _resolve_pending(self) -> list[ContextFragment]:
-        """Give lazy message fragments their ids (in place, so save uses the same ids)."""
-        for index, fragment in enumerate(self._pending):
-            if is_lazy_fragment(fragment):
-                self._pending[index] = resolve_lazy_message(
-                    fragment, last_assistant_id=self._last_assistant_id(self._pending[:index])
-                )
-        return list(self._pending)
-
-    def _pending_messages(self) -> list[Message]:
-        """The pending messages, lazy ones resolved. A message with the id of an earlier
-        pending one replaces it at its place (a retry, e.g. ``last_assistant_message``)."""
-        by_id: dict[str, Message] = {}
-        for fragment in self._resolve_pending():
-            message = message_of(fragment)
-            by_id[message.id] = message  # an existing key keeps its position
-        return list(by_id.values())
-
-    def _compose(self) -> list[Message]:
-        chain = self._conv.chain
-        composed = self._compose_chain()
-        if chain.summary is not None:
-            composed.insert(0, chain.summary)
-        return composed
-
-    def _compose_chain(self) -> list[Message]:
-        chain = self._conv.chain
-        pending = self._pending_messages()
-        if not pending and not chain.placeholders:
-            return list(chain.messages)  # the common case: nothing to merge or leave out
-        overrides = {message.id: message for message in pending}
-        if any(message_id in chain.index for message_id in overrides):
-            out = [overrides.pop(message.id, message) for message in chain.messages]
-        else:
-            out = list(chain.messages)
-        out.extend(overrides.values())
-        maybe_empty = chain.placeholders.union(message.id for message in pending)
-        return [
-            message
-            for message in out
-            if message.id not in maybe_empty or not is_empty_assistant_placeholder(message)
-        ]
 
     # --- save -------------------------------------------------------------------------------
 
@@ -597,19 +385,14 @@ class ContextEngine:
         async with self._session():
             if not self._pending:
                 return SaveResult(head_message_id=self.head_message_id)
-            if self._conv.chain.version is None:
-                await self._conv.sync()
-            await remind(
-                self._conv, self._fragments, self._pending, self._resolve_pending, ("user",)
-            )
-            messages = self._pending_messages()
-            result = await save_turn(self._conv, messages, branch=branch)
+            conv = self._conv
+            if conv.chain.version is None:
+                await conv.sync()
+            await remind(conv, conv.chain, self._pending, self._fragments, ("user",))
+            messages = self._pending.messages(conv.chain)
+            result = await save_turn(conv, messages, branch=branch)
             self._pending.clear()
-            if _takes_tokens(self._store):
-                token = cast(ConsistencyTokens, self._store).consistency_token(self.chat_id)
-                if token is not None:
-                    result = result.model_copy(update={"consistency_token": token})
-            return result
+            return with_consistency_token(self._store, self.chat_id, result)
 
     # --- streaming turns ----------------------------------------------------------------------
 
@@ -633,51 +416,17 @@ class ContextEngine:
         if is_lazy_fragment(user_fragment):
             raise InvalidTypeError("begin_turn() takes a user message fragment such as user('...')")
         question = message_of(user_fragment)
-        placeholder = uuid.uuid5(_TURNS, question.id).hex
-        if any(fragment.id == placeholder for fragment in self._pending):
-            raise InvalidInputError(
-                f"begin_turn(): a pending message has the id {placeholder!r}, which is the "
-                f"placeholder id this turn derives from its user message's id {question.id!r}; "
-                "save or clear the pending messages first, or give the user message another id"
-            )
+        placeholder = self._turns.placeholder_for(question, self._pending)
         if not self._pending:
-            stored = await self._stored_turn(question, placeholder)
+            async with self._session():
+                await self._conv.sync()
+                stored = stored_turn(self._conv.chain, question, placeholder)
             if stored is not None:
-                self._turn = stored
+                self._turns.current = stored
                 return stored
-        queued = len(self._pending)
-        self.set(user_fragment, assistant(Message(id=placeholder, role="assistant", parts=[])))
         branch = self._conv.branch
-        try:
-            result = await self.save()
-        except BaseException:
-            # All or nothing: the queue is as before, so calling begin_turn() again is safe.
-            del self._pending[queued:]
-            raise
-        conv = self._conv
-        if conv.branch is None or branch is None or conv.branch.id != branch.id:
-            # The user message's id existed with other content: save() forked a new branch
-            # and stored the turn there under fresh ids; the placeholder is its head.
-            placeholder = result.head_message_id
-        self._turn = placeholder
-        return placeholder
-
-    async def _stored_turn(self, question: Message, placeholder: str) -> str | None:
-        """The placeholder of this very turn when the branch holds it already, the question
-        exactly so and its placeholder (filled or not) right after it: a turn retried after
-        its outcome was lost. Else None."""
-        async with self._session():
-            await self._conv.sync()
-            chain = self._conv.chain
-            position = chain.index.get(question.id)
-            if (
-                position is None
-                or position + 1 >= len(chain.ids)
-                or chain.ids[position + 1] != placeholder
-                or chain.messages[position] != question
-            ):
-                return None
-            return placeholder
+        result = await self._save_with(user_fragment, placeholder_fragment(placeholder))
+        return self._turns.begun(placeholder, branch, self._conv.branch, result)
 
     @telemetry.verb("complete_turn")
     async def complete_turn(self, assistant_fragment: ContextFragment) -> SaveResult:
@@ -691,40 +440,32 @@ class ContextEngine:
             raise InvalidInputError(
                 f"complete_turn() needs an assistant message, got {answer.role!r}"
             )
-        target = self._turn
-        if answer.id != target and self._is_cached_placeholder(answer.id):
-            target = answer.id  # the answer names a turn of its own (several in flight)
+        target = self._turns.target(answer, self._conv.chain)
         if target is None:
             async with self._session():
                 await self._conv.sync()
-                chain = self._conv.chain
-                last = chain.messages[-1] if chain.messages else None
-            if last is None or not is_empty_assistant_placeholder(last):
-                raise EmptyConversationError(
-                    "no turn in progress: call begin_turn() first (the branch head is not an "
-                    "empty assistant placeholder)"
-                )
-            target = last.id
-        self.set(with_message_id(assistant_fragment, target))
-        try:
-            result = await self.save(branch=False)
-        except BaseException:
-            del self._pending[-1]
-            raise
-        if target == self._turn:
-            self._turn = None
+                target = turn_at_head(self._conv.chain)
+        result = await self._save_with(with_message_id(assistant_fragment, target), branch=False)
+        self._turns.completed(target)
         return result
 
-    def _is_cached_placeholder(self, message_id: str) -> bool:
-        chain = self._conv.chain
-        position = chain.index.get(message_id)
-        return position is not None and is_empty_assistant_placeholder(chain.messages[position])
+    async def _save_with(self, *fragments: ContextFragment, branch: bool = True) -> SaveResult:
+        """Queue ``fragments`` and `save`. All or nothing: on failure the queue is as before,
+        so calling the verb again is safe."""
+        queued = len(self._pending)
+        self.set(*fragments)
+        try:
+            return await self.save(branch=branch)
+        except BaseException:
+            self._pending.truncate(queued)
+            raise
 
     # --- branches and checkpoints -----------------------------------------------------------
 
-    async def _fresh_head(self) -> str | None:
-        await self._conv.sync()
-        return self._conv.chain.head
+    def _left_branch(self) -> None:
+        """The engine moved to another branch: what was pending for the one it left goes."""
+        self._pending.clear()
+        self._turns.reset()
 
     @telemetry.verb("rewind")
     async def rewind(self, message_id: str, *, name: str | None = None) -> BranchInfo:
@@ -737,47 +478,15 @@ class ContextEngine:
         v.check_id(message_id, "message_id")
         v.check_optional_id(name, "branch name")
         async with self._session():
-            return await self._rewind(message_id, name)
-
-    async def _rewind(
-        self, message_id: str, name: str | None, *, base: str | None = None
-    ) -> BranchInfo:
-        conv = self._conv
-        assert conv.branch is not None
-        try:
-            # The store checks the message (it exists, in this chat, not a compaction).
-            info = await self._store.fork_branch(
-                self.chat_id,
-                base if base is not None else await conv.branch_name(),
-                head_message_id=message_id,
-                activate=True,
-                name=name,
-            )
-        except MessageNotFoundError as exc:
-            await conv.require_chat()
-            if PURGED in str(exc):
-                raise  # the store names the purge that deleted it
-            raise MessageNotFoundError(
-                f"message {message_id!r} does not exist in chat {self.chat_id!r}"
-            ) from None
-        conv.moved_to(info)
-        self._pending.clear()
-        self._turn = None
-        return info
+            info = await branching.rewind(self._conv, self._store, message_id, name)
+            self._left_branch()
+            return info
 
     async def checkpoint(self, name: str) -> Checkpoint:
         """Name the current head (moving an existing checkpoint of that name)."""
         v.check_id(name, "checkpoint name")
         async with self._session():
-            head = await self._fresh_head()
-            if head is None:
-                raise EmptyConversationError(
-                    "cannot create a checkpoint: the branch has no messages yet; save first"
-                )
-            assert self._conv.branch is not None
-            return await self._store.create_checkpoint(
-                self.chat_id, name, head, branch_id=self._conv.branch.id
-            )
+            return await branching.checkpoint(self._conv, self._store, name)
 
     async def restore(self, checkpoint: str, *, name: str | None = None) -> BranchInfo:
         """Start a new branch at a checkpoint's message and move to it (like `rewind`): ``name``,
@@ -786,38 +495,17 @@ class ContextEngine:
         v.check_id(checkpoint, "checkpoint name")
         v.check_optional_id(name, "branch name")
         async with self._session():
-            found = await self._store.get_checkpoint(self.chat_id, checkpoint)
-            if found is None:
-                await self._conv.require_chat()
-                raise CheckpointNotFoundError(
-                    f"chat {self.chat_id!r} has no checkpoint named {checkpoint!r}"
-                )
-            base = None
-            if found.branch_id is not None and name is None:
-                made_on = await self._store.get_branch_by_id(found.branch_id)
-                if made_on is not None and made_on.chat_id == self.chat_id:
-                    base = made_on.name
-            return await self._rewind(found.message_id, name, base=base)
+            info = await branching.restore(self._conv, self._store, checkpoint, name)
+            self._left_branch()
+            return info
 
     async def switch_branch(self, name: str) -> BranchInfo:
         """Make the branch ``name`` active and move to it; pending messages are dropped."""
         v.check_id(name, "branch name")
         async with self._session():
-            target = await self._store.get_branch(self.chat_id, name)
-            if target is None:
-                await self._conv.require_chat()
-                raise BranchNotFoundError(f"chat {self.chat_id!r} has no branch named {name!r}")
-            branch = await self._store.set_active_branch(self.chat_id, target.id)
-            self._conv.moved_to(branch)
-            self._pending.clear()
-            self._turn = None
-            return await self._branch_info(branch)
-
-    async def _branch_info(self, branch: Branch) -> BranchInfo:
-        for info in await self._store.list_branches(self.chat_id):
-            if info.id == branch.id:
-                return info
-        raise BranchNotFoundError(f"branch {branch.name!r} disappeared")  # pragma: no cover
+            branch = await branching.switch(self._conv, self._store, name)
+            self._left_branch()
+            return await branching.branch_info(self._store, self.chat_id, branch)
 
     async def btw(self, *, name: str | None = None) -> BranchInfo:
         """Fork a new branch at the current head without moving to it ("by the way"):
@@ -828,16 +516,7 @@ class ContextEngine:
         """
         v.check_optional_id(name, "branch name")
         async with self._session():
-            conv = self._conv
-            assert conv.branch is not None
-            head = await self._fresh_head()
-            if head is None:
-                raise EmptyConversationError(
-                    "cannot fork with btw(): the branch has no messages yet; save first"
-                )
-            return await self._store.fork_branch(
-                self.chat_id, conv.branch.name, head_message_id=head, activate=False, name=name
-            )
+            return await branching.fork_aside(self._conv, self._store, name)
 
     async def rename_branch(self, name: str, new_name: str) -> Branch:
         """Rename a branch of the chat (the engine's own included); `BranchExistsError` if the
@@ -845,27 +524,14 @@ class ContextEngine:
         v.check_id(name, "branch name")
         v.check_id(new_name, "new branch name")
         async with self._session():
-            renamed = await self._store.rename_branch(self.chat_id, name, new_name)
-            conv = self._conv
-            if conv.branch is not None and conv.branch.id == renamed.id:
-                conv.branch = conv.branch.model_copy(update={"name": new_name})
-            return renamed
+            return await branching.rename(self._conv, self._store, name, new_name)
 
     async def delete_branch(self, name: str) -> bool:
         """Delete a branch of the chat, never the active one; its messages stay in the graph
         (other branches and checkpoints still reach them). False if there was none."""
         v.check_id(name, "branch name")
         async with self._session():
-            conv = self._conv
-            target = await self._store.get_branch(self.chat_id, name)
-            if target is not None and conv.branch is not None and conv.branch.id == target.id:
-                raise InvalidInputError(
-                    f"branch {name!r} is this engine's branch and cannot be deleted; switch to "
-                    "another branch first"
-                )
-            return await self._store.delete_branch(self.chat_id, name)
-
-    # --- chat metadata ----------------------------------------------------------------------
+            return await branching.delete(self._conv, self._store, name)
 
     # --- compaction -------------------------------------------------------------------------
 
@@ -904,16 +570,8 @@ class ContextEngine:
         """Set the title and merge ``metadata`` into the chat's metadata, atomically."""
         v.check_optional_text(title, "title")
         extra = None if metadata is None else v.check_json_object(metadata, "metadata")
-
-        def updater(chat: Chat) -> ChatUpdate:
-            fields: dict[str, Any] = {}
-            if title is not None:
-                fields["title"] = title
-            if extra is not None:
-                fields["metadata"] = {**chat.metadata, **extra}
-            return ChatUpdate(**fields)
-
         async with self._session():
+            updater = retitle(title, extra)
             self._conv.chat = await self._store.update_chat(self.chat_id, updater)
             return self._conv.chat
 
@@ -937,13 +595,8 @@ class ContextEngine:
             v.check_json(raw, "usage")  # a caller's dict: refuse what JSON cannot hold
         increment = normalize_usage(raw)
         v.check_json(increment, "usage")
-
-        def updater(chat: Chat) -> ChatUpdate:
-            current = chat.metadata.get("usage")
-            total = add_usage(current if isinstance(current, Mapping) else {}, increment)
-            return ChatUpdate(metadata={**chat.metadata, "usage": total})
-
         async with self._session():
+            updater = add_to_usage(increment)
             self._conv.chat = await self._store.update_chat(self.chat_id, updater)
             return self._conv.chat
 
@@ -952,19 +605,14 @@ class ContextEngine:
     async def estimate(self, model_id: str, *, renderer: ContextRenderer | None = None) -> Estimate:
         """Tokens, cost and context fit of what `resolve` would send, offline."""
         v.check_text(model_id, "model_id")
-        renderer = self._check_renderer(renderer)
+        renderer = request.check_renderer(renderer)
         async with self._session():
             return await self._estimate(model_id, renderer)
 
     async def _estimate(self, model_id: str, renderer: ContextRenderer) -> Estimate:
         fragments = await self._materialize()
         await self._conv.sync()
-        return estimate_context(
-            model_id,
-            system_prompt=renderer.render(fragments),
-            fragments=[(fragment.name, renderer.render([fragment])) for fragment in fragments],
-            messages=self._compose(),
-        )
+        return request.estimate(model_id, renderer, fragments, self._conv.chain, self._pending)
 
     async def inspect(
         self, *, model_id: str | None = None, renderer: ContextRenderer | None = None
@@ -972,7 +620,7 @@ class ContextEngine:
         """A JSON-serialisable picture of the engine: estimate, prompt, fragments, graph."""
         if model_id is not None:
             v.check_text(model_id, "model_id")
-        renderer = self._check_renderer(renderer)
+        renderer = request.check_renderer(renderer)
         async with self._session():
             conv = self._conv
             assert conv.branch is not None
@@ -980,26 +628,9 @@ class ContextEngine:
             fragments = await self._materialize()
             rendered = renderer.render(fragments)
             await conv.sync()
-            pending = [
-                {"id": message.id, "name": message.role, "message": message.model_dump(mode="json")}
-                for message in self._pending_messages()
-            ]
-            persisted: list[MessageRecord] = (
-                []
-                if conv.chain.head is None
-                else await self._store.get_message_chain(conv.chain.head)
-            )
-            graph = await self._store.get_graph(self.chat_id)
-            return InspectResult(
-                estimate=estimate,
-                rendered=rendered,
-                fragments=InspectFragments(
-                    context=[_fragment_json(fragment) for fragment in fragments],
-                    pending=pending,
-                    persisted=persisted,
-                ),
-                graph=graph,
-                meta=InspectMeta(chat_id=self.chat_id, branch=conv.branch.name, timestamp=utcnow()),
+            pending = self._pending.messages(conv.chain)
+            return await build_inspect(
+                self._store, conv, estimate, rendered, fragments=fragments, pending=pending
             )
 
     # --- conveniences -----------------------------------------------------------------------
@@ -1023,15 +654,8 @@ class ContextEngine:
             InvalidInputError: a fragment holds lazy data, which only the async calls load;
                 use ``(await engine.resolve()).system_prompt`` instead.
         """
-        renderer = self._check_renderer(renderer)
-        fragments = without_reminders(self._fragments)
-        for fragment in fragments:
-            if has_lazy_value(fragment):
-                raise InvalidInputError(
-                    f"fragment {fragment.name!r} holds lazy data, which render() cannot load; "
-                    "use (await engine.resolve()).system_prompt instead"
-                )
-        return renderer.render(fragments)
+        renderer = request.check_renderer(renderer)
+        return request.render_loaded(renderer, without_reminders(self._fragments))
 
     def fork(self) -> ContextEngine:
         """A new engine with the same system-prompt fragments (reminders included) and no
@@ -1058,33 +682,16 @@ class ContextEngine:
         reminders see)."""
         async with self._session():
             await self._conv.sync()
-            chain = self._conv.chain
-            users = sum(1 for message in self._compose_chain() if message.role == "user")
-            return chain.folded_turns + users
+            return history.turn_count(self._conv.chain, self._pending)
 
     async def first_user_message(self) -> Message | None:
         """The branch's first user message (a pending one when none is stored), or None."""
         async with self._session():
             await self._conv.sync()
-            chain = self._conv.chain
-            if chain.base is not None:  # compacted: the first user message is folded
-                for record in await self._store.get_message_chain(chain.base):
-                    if record.name == "user" and record.type == "message":
-                        return decode_record(record)
-            return next((m for m in self._compose_chain() if m.role == "user"), None)
+            return await history.first_user_message(self._store, self._conv.chain, self._pending)
 
     async def head_message(self) -> Message | None:
         """The newest message of the conversation: the last pending one, else the branch's
         head (an empty assistant placeholder included); None for an empty branch."""
         async with self._session():
-            pending = self._pending_messages()
-            if pending:
-                return pending[-1]
-            await self._conv.sync()
-            chain = self._conv.chain
-            if chain.messages:
-                return chain.messages[-1]
-            if chain.base is not None:  # the head is the last message a compaction folds
-                record = await self._store.get_message(chain.base)
-                return None if record is None else decode_record(record)
-            return None
+            return await history.head_message(self._conv, self._pending)

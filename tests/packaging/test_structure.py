@@ -148,6 +148,13 @@ def test_the_store_facade_stays_thin() -> None:
     assert len(source.splitlines()) < 700
 
 
+def test_the_engine_holds_the_public_verbs() -> None:
+    """The engine's concerns (the pending queue, streaming turns, inspect, branches, ...) live
+    in modules of their own; ``engine.py`` keeps the verbs, their docstrings and checks."""
+    lines = (ROOT / "engine.py").read_text().splitlines()
+    assert len(lines) <= 700
+
+
 def test_the_top_level_exports_what_users_write() -> None:
     import agentcontext
 

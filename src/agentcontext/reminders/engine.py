@@ -5,7 +5,9 @@ there is nothing here for direct use.
 
 `remind` is called by ``ContextEngine.resolve`` (targets ``"user"`` and ``"tool-output"``) and
 by ``ContextEngine.save`` (target ``"user"`` only, for a turn saved without a resolve first),
-inside the engine's session, after the branch was synced.
+inside the engine's session, after the branch was synced. It is given what it reads as data:
+the chat (`RemindedChat`: its record, branch and store), the branch's chain (`ChainView`, which
+also gives the head's time) and the pending queue, which it amends in place.
 
 The carriers:
 
@@ -25,11 +27,13 @@ that fire, so no engine in any process fires one twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from agentcontext._chainview import ChainView
+from agentcontext._pending import PendingQueue
 from agentcontext.fragments import (
     ContextFragment,
     MessageCodec,
@@ -50,12 +54,10 @@ from agentcontext.reminders._core import (
     reminder_of,
     tag,
 )
-from agentcontext.store.records import Chat, ChatUpdate, utcnow
+from agentcontext.store.protocols import ConversationStore
+from agentcontext.store.records import Branch, Chat, ChatUpdate, utcnow
 
-if TYPE_CHECKING:
-    from agentcontext._conversation import Conversation
-
-__all__ = ["EVALUATED", "remind", "without_reminders"]
+__all__ = ["EVALUATED", "RemindedChat", "remind", "without_reminders"]
 
 EVALUATED = "agentcontext.reminders.evaluated"
 """Key of a pending fragment's metadata: its reminders were evaluated (never stored)."""
@@ -66,6 +68,21 @@ _TERMINAL = ("output-available", "output-error")
 def _now() -> datetime:
     """The evaluation time (a function, so tests can move the clock)."""
     return utcnow()
+
+
+class RemindedChat(Protocol):
+    """The chat as reminders read and latch it (the engine's `Conversation` is one)."""
+
+    chat: Chat | None
+    """The chat record as last read or written; reminders read it again and leave the newest
+    here (latches change its metadata)."""
+
+    @property
+    def store(self) -> ConversationStore: ...
+    @property
+    def chat_id(self) -> str: ...
+    @property
+    def branch(self) -> Branch | None: ...
 
 
 def without_reminders(fragments: Sequence[ContextFragment]) -> list[ContextFragment]:
@@ -82,7 +99,7 @@ def _latest_result(message: Message) -> int | None:
 
 
 def _carriers(
-    pending: Sequence[ContextFragment], targets: Sequence[ReminderTarget]
+    pending: PendingQueue, targets: Sequence[ReminderTarget]
 ) -> list[tuple[int, ReminderTarget]]:
     """Indexes of the pending fragments to evaluate, with their target."""
     user_index: int | None = None
@@ -128,7 +145,7 @@ def _holder(latch: object) -> object:
     return latch.get("message_id") if isinstance(latch, Mapping) else None
 
 
-async def _claim(conv: Conversation, claims: Mapping[str, str]) -> set[str]:
+async def _claim(conv: RemindedChat, claims: Mapping[str, str]) -> set[str]:
     """Latch the ids of ``claims`` (once id -> message id) in the chat's metadata atomically;
     the ids this call holds afterwards.
 
@@ -157,15 +174,15 @@ async def _claim(conv: Conversation, claims: Mapping[str, str]) -> set[str]:
 
 
 async def remind(
-    conv: Conversation,
+    conv: RemindedChat,
+    chain: ChainView,
+    pending: PendingQueue,
     fragments: Sequence[ContextFragment],
-    pending: list[ContextFragment],
-    resolve_pending: Callable[[], object],
     targets: Sequence[ReminderTarget],
 ) -> None:
     """Evaluate the reminders among ``fragments`` for the outgoing pending message(s) and
-    amend them in ``pending`` (in place). ``resolve_pending`` gives lazy pending messages their
-    ids first; the chat and its chain come from ``conv``.
+    amend them in ``pending`` (in place; lazy pending messages get their ids first). The
+    history and the head's time come from ``chain``, the chat and its latches from ``conv``.
 
     Raises:
         ReminderError: a predicate or text function raised; the pending messages are left
@@ -176,14 +193,14 @@ async def remind(
     configs = [reminder_of(f) for f in fragments if is_reminder(f)]
     if not configs:
         return  # an engine without reminders works as if they did not exist
-    resolve_pending()
+    pending.resolve(chain)
     carriers = _carriers(pending, targets)
     if not carriers:
         return
     wanted = {target for _, target in carriers}
     if not any(config.target in wanted for config in configs):
         for index, _ in carriers:
-            pending[index] = _mark(pending[index], None)
+            pending.replace(index, _mark(pending[index], None))
         return
     chat = await conv.store.get_chat(conv.chat_id) or conv.chat
     conv.chat = chat
@@ -191,15 +208,19 @@ async def remind(
     assert conv.branch is not None
     now = _now()
     last_at: datetime | None = None
-    head = conv.chain.head
+    head = chain.head
     if head is not None:
-        record = await conv.store.get_message(head)
-        last_at = None if record is None else record.created_at
+        last_at = chain.created_at(head)
+        if last_at is None:
+            # Not held with the chain (a head the compaction folds, a chain loaded without
+            # its times): the store has it.
+            record = await conv.store.get_message(head)
+            last_at = None if record is None else record.created_at
     pending_messages = [message_of(fragment) for fragment in pending]
     pending_ids = {message.id for message in pending_messages}
     stored = [
         message
-        for message in conv.chain.messages
+        for message in chain.messages
         if message.id not in pending_ids and not is_empty_assistant_placeholder(message)
     ]
     latches = _latches(chat)
@@ -219,7 +240,7 @@ async def remind(
             None,
         )
         context = ReminderContext(
-            turn=conv.chain.folded_turns + sum(1 for item in history if item.role == "user"),
+            turn=chain.folded_turns + sum(1 for item in history if item.role == "user"),
             target=target,
             message=message,
             content=message.text,
@@ -268,7 +289,7 @@ async def remind(
                 assert result is not None
                 amended[index] = append_to_tool_output(message, result, texts)
     for index, _ in carriers:
-        pending[index] = _mark(pending[index], amended.get(index))
+        pending.replace(index, _mark(pending[index], amended.get(index)))
 
 
 def _mark(fragment: ContextFragment, message: Message | None) -> ContextFragment:

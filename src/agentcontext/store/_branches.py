@@ -219,7 +219,11 @@ _COMPACTED = exists(
 )
 _STATE = (
     select(
-        *BRANCH_COLS, C.c.version, C.c.message_count, B.c.head_depth, _COMPACTED,
+        *BRANCH_COLS,
+        C.c.version,
+        C.c.message_count,
+        B.c.head_depth,
+        _COMPACTED,
         C.c.incarnation,
     )
     .join_from(B, C, C.c.id == B.c.chat_id)

@@ -110,9 +110,7 @@ def graph_outline(
     transaction: the chat's runs (from ``memory`` when it holds them at the chat's version;
     else from every message's id, parent and type, no JSON, left in ``memory``), then the full
     rows of the messages drawn only."""
-    identity = conn.execute(
-        select(C.c.incarnation, C.c.version).where(C.c.id == chat_id)
-    ).first()
+    identity = conn.execute(select(C.c.incarnation, C.c.version).where(C.c.id == chat_id)).first()
     if identity is None:
         raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
     key = tuple(identity)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -195,6 +195,10 @@ class ChainRows:
     """... its JSON (a `Message`), ..."""
     base_id: str | None = None
     """... and the last message it folds (the parent of the first row)."""
+    times: list[datetime | None] = field(default_factory=list)
+    """Each row's ``created_at``, when the store has them at no cost; else empty (the SQL
+    store's load leaves them out: reading the column costs more than the engine saves by it,
+    which asks the store for the head's time instead, only when a reminder needs it)."""
 
 
 class Checkpoint(_Record):
