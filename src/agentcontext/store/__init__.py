@@ -1,8 +1,9 @@
 """Stores: where the conversation graph lives.
 
 ``SqlContextStore`` keeps it in SQLite or PostgreSQL; ``InMemoryContextStore`` in an SQLite
-in-memory database. Both implement the abstract `ContextStore`; the part of it the engine uses
-is `EngineStore`.
+in-memory database. Both implement `ContextStore`, the union of the capability protocols of
+``protocols`` (where each method's signature and documentation is written, once); the part of
+it the engine uses is `EngineStore`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,16 @@ from agentcontext.store._options import StoreOptions
 from agentcontext.store.base import ContextStore
 from agentcontext.store.protocols import (
     BranchKeeper,
+    ChatAdmin,
     ChatReader,
+    ConsistencyTokens,
     ConversationStore,
     EngineStore,
+    Pages,
     RecordKeeper,
+    Retention,
+    Searcher,
+    Transfer,
     TurnWriter,
 )
 from agentcontext.store.records import (
@@ -48,9 +55,15 @@ from agentcontext.store.sql import SqlContextStore
 __all__ = [
     "AppendResult",
     "BranchKeeper",
+    "ChatAdmin",
     "ChatReader",
+    "ConsistencyTokens",
     "ConversationStore",
+    "Pages",
     "RecordKeeper",
+    "Retention",
+    "Searcher",
+    "Transfer",
     "TurnWriter",
     "Branch",
     "BranchInfo",

@@ -162,8 +162,6 @@ class SqlContextStore(ContextStore):
 
     @property
     def chain_memory(self) -> ChainMemory:
-        """The chains this store's engines decoded, which the next engine of a chat starts
-        from (bounded by ``cache_bytes``)."""
         return self._memory
 
     @property
@@ -185,12 +183,9 @@ class SqlContextStore(ContextStore):
             )
 
     async def initialize(self) -> None:
-        """Migrate (``migrate="auto"``) or check the schema. Idempotent; runs on first use."""
         await self.db.initialize()
 
     async def close(self) -> None:
-        """Wait for calls still running, then dispose the engine if this store created it.
-        Safe to call twice."""
         await self.db.close()
 
     def using(self, connection: AsyncConnection) -> AbstractAsyncContextManager[None]:
@@ -212,8 +207,6 @@ class SqlContextStore(ContextStore):
         return self.db.using(connection)
 
     def consistency_token(self, chat_id: str) -> str | None:
-        """See `ContextStore.consistency_token`: with read replicas, the primary's WAL position
-        (LSN) after this store's last commit to the chat."""
         v.check_id(chat_id, "chat_id")
         replicas = self.db.replicas
         return None if replicas is None or self.db.bound else replicas.token(chat_id)
@@ -225,7 +218,6 @@ class SqlContextStore(ContextStore):
             self.db.replicas.told(chat_id, position)
 
     def current_transaction(self) -> Transaction | None:
-        """The caller's transaction the current task's calls run in (``using()``), or None."""
         return self.db.transaction()
 
     @asynccontextmanager
@@ -558,8 +550,6 @@ class SqlContextStore(ContextStore):
         self, chat_id: str, *, fold: int = 6, keep: Sequence[str] = (),
         opened: Sequence[str] = (),
     ) -> GraphOutline:  # fmt: skip
-        """See `ContextStore.graph_outline`. The chat's runs are found once per chat version
-        and kept (within ``cache_bytes``); a page then reads and decodes what it draws."""
         v.check_id(chat_id, "chat_id")
         v.check_int(fold, "fold", minimum=2)
         keep_ids, opened_ids = v.check_str_list(keep, "keep"), v.check_str_list(opened, "opened")
@@ -571,7 +561,6 @@ class SqlContextStore(ContextStore):
         return await self.db.run("snapshot", read, chat=chat_id)
 
     async def chain_page(self, chat_id: str, end_id: str, *, limit: int) -> ChainPage:
-        """See `ContextStore.chain_page`; one query that reads only the page."""
         v.check_id(chat_id, "chat_id")
         v.check_id(end_id, "end_id")
         v.check_int(limit, "limit", minimum=1)
