@@ -32,11 +32,12 @@ malformed graph (a message whose parent is missing, or a cycle) still renders ev
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from agentcontext._shape import DEFAULT_FOLD, Shape, run_folds, unfold
 from agentcontext.errors import InvalidInputError
-from agentcontext.store.records import Graph, GraphNode, GraphOutline
+from agentcontext.store.records import Fold, Graph, GraphNode, GraphOutline
 
 __all__ = [
     "DEFAULT_DEPTH",
@@ -45,9 +46,6 @@ __all__ = [
     "graph_to_mermaid",
     "visualize_graph",
 ]
-
-DEFAULT_FOLD = 6
-"""Runs of at least this many plain messages fold into one line (as in the web viewer)."""
 
 DEFAULT_DEPTH = 8
 """Side branches nested deeper than this are summarised in one line."""
@@ -112,92 +110,35 @@ class _Item:
     """For a summary: how many branch heads it hides."""
 
 
-class _Shape:
-    """The forest of a graph (or of its newest ``last`` messages) and what the walk needs."""
+class _Tree:
+    """The graph's shape (or that of its newest ``last`` messages) as the views walk it."""
 
     def __init__(self, graph: Graph | GraphOutline, last: int | None) -> None:
-        nodes = graph.nodes
-        # A run the store folded already (an outline) is drawn by its first message: the
-        # last one is left out and the message after the run hangs from the first.
-        self.folded: dict[str, tuple[int, GraphNode]] = {}
-        if isinstance(graph, GraphOutline):
-            by_id = {node.id: node for node in nodes}
-            rewired: dict[str, str] = {}
-            skipped: set[str] = set()
-            for fold in graph.folds:
-                if fold.first_id in by_id and fold.last_id in by_id:
-                    self.folded[fold.first_id] = (fold.count, by_id[fold.last_id])
-                    if fold.last_id != fold.first_id:
-                        skipped.add(fold.last_id)
-                    rewired[fold.child_id] = fold.first_id
-            nodes = [
-                node.model_copy(update={"parent_id": rewired[node.id]})
-                if node.id in rewired
-                else node
-                for node in nodes
-                if node.id not in skipped
-            ]
+        # A run the store folded already (an outline) is drawn by its first message.
+        nodes, folded = unfold(graph)
         self.left_out = 0
         if last is not None and last < len(nodes):
             ordered = sorted(nodes, key=_sort_key)
             nodes = ordered[len(nodes) - last :]
-            self.left_out = sum(self._weight(node) for node in ordered[: len(ordered) - last])
-        self.nodes = nodes
-        ids = {node.id for node in nodes}
-        self.children: dict[str, list[GraphNode]] = {}
-        self.roots: list[GraphNode] = []
-        for node in nodes:
-            if node.parent_id is None or node.parent_id not in ids or node.parent_id == node.id:
-                self.roots.append(node)
-            else:
-                self.children.setdefault(node.parent_id, []).append(node)
-        self.heads: dict[str, list[tuple[str, bool]]] = {}
-        for branch in graph.branches:
-            if branch.head_message_id is not None and branch.head_message_id in ids:
-                self.heads.setdefault(branch.head_message_id, []).append(
-                    (branch.name, branch.is_active)
-                )
-        self.points: dict[str, list[str]] = {}
-        for point in graph.checkpoints:
-            if point.message_id in ids:
-                self.points.setdefault(point.message_id, []).append(point.name)
-        by_id = {node.id: node for node in nodes}
-        self.active: set[str] = set()
-        active = next((b for b in graph.branches if b.is_active), None)
-        cursor = active.head_message_id if active is not None else None
-        while cursor is not None and cursor in by_id and cursor not in self.active:
-            self.active.add(cursor)
-            cursor = by_id[cursor].parent_id
-        for siblings in self.children.values():
+            self.left_out = sum(_weight(folded, node) for node in ordered[: len(ordered) - last])
+        self.shape = shape = Shape(graph, nodes, folded)
+        self.heads = shape.heads
+        self.points = shape.points
+        for siblings in shape.children.values():
             siblings.sort(key=self._order)
-        self.roots.sort(key=_sort_key)
+        shape.roots.sort(key=_sort_key)
 
     def _order(self, node: GraphNode) -> tuple[bool, bool, float, str]:
         """The child that continues the line first: on the active path, not a compaction,
         then the oldest."""
-        return (node.id not in self.active, node.type == "compaction", *_sort_key(node))
-
-    def _weight(self, node: GraphNode) -> int:
-        """How many messages a drawn node stands for."""
-        folded = self.folded.get(node.id)
-        return 1 if folded is None else folded[0]
-
-    def plain(self, node: GraphNode) -> bool:
-        kids = self.children.get(node.id, ())
-        return (
-            node.id not in self.folded
-            and node.type != "compaction"
-            and len(kids) == 1
-            and kids[0].type != "compaction"
-            and node.id not in self.heads
-            and node.id not in self.points
-        )
+        return (node.id not in self.shape.active, node.type == "compaction", *_sort_key(node))
 
     def sizes(self) -> dict[str, tuple[int, int]]:
         """Messages and branch heads in the subtree of every node reachable from a root."""
+        shape = self.shape
         order: list[GraphNode] = []
         seen: set[str] = set()
-        for root in self.roots:
+        for root in shape.roots:
             stack = [root]
             while stack:
                 node = stack.pop()
@@ -205,11 +146,11 @@ class _Shape:
                     continue
                 seen.add(node.id)
                 order.append(node)
-                stack.extend(self.children.get(node.id, ()))
+                stack.extend(shape.children.get(node.id, ()))
         sizes: dict[str, tuple[int, int]] = {}
         for node in reversed(order):
-            count, heads = self._weight(node), len(self.heads.get(node.id, ()))
-            for kid in self.children.get(node.id, ()):
+            count, heads = _weight(shape.folded, node), len(shape.heads.get(node.id, ()))
+            for kid in shape.children.get(node.id, ()):
                 if kid.id in sizes:
                     kid_count, kid_heads = sizes[kid.id]
                     count += kid_count
@@ -223,6 +164,8 @@ class _Shape:
         Every node is visited once; nodes no root reaches (they sit on a cycle) are drawn
         afterwards as roots of their own.
         """
+        shape = self.shape
+        children = shape.children
         sizes = self.sizes() if depth is not None else {}
         seen: set[str] = set()
         index = 0
@@ -230,8 +173,8 @@ class _Shape:
         stack: list[tuple[GraphNode, int | None, str, str, int]] = []
 
         def pending() -> Iterator[GraphNode]:
-            yield from self.roots
-            for node in sorted(self.nodes, key=_sort_key):
+            yield from shape.roots
+            for node in sorted(shape.nodes, key=_sort_key):
                 if node.id not in seen:
                     yield node
 
@@ -250,26 +193,24 @@ class _Shape:
                         below = hidden.pop()
                         if below.id not in seen:
                             seen.add(below.id)
-                            hidden.extend(self.children.get(below.id, ()))
+                            hidden.extend(children.get(below.id, ()))
                     yield _Item("more", node, parent, line_prefix, own_prefix, count, heads=heads)
                     index += 1
                     continue
-                if node.id in self.folded:
-                    count, last = self.folded[node.id]
+                if node.id in shape.folded:
+                    fold_of, last = shape.folded[node.id]
                     seen.add(node.id)
-                    yield _Item("fold", node, parent, line_prefix, own_prefix, count, last)
-                    kids = self.children.get(node.id, [])
+                    yield _Item("fold", node, parent, line_prefix, own_prefix, fold_of.count, last)
+                    kids = children.get(node.id, [])
                     if kids:
                         stack.append((kids[0], index, own_prefix, own_prefix, level))
                     index += 1
                     continue
                 run: list[GraphNode] = []
                 after = node
-                if fold and parent is not None:
-                    while after.id not in seen and self.plain(after):
-                        run.append(after)
-                        after = self.children[after.id][0]
-                if fold and len(run) >= fold:
+                if fold and parent is not None:  # a node drawn from nowhere starts no run
+                    run, after = shape.run(node, seen)
+                if run_folds(len(run), fold):
                     seen.update(item.id for item in run)
                     yield _Item("fold", node, parent, line_prefix, own_prefix, len(run), run[-1])
                     stack.append((after, index, own_prefix, own_prefix, level))
@@ -277,13 +218,19 @@ class _Shape:
                     continue
                 seen.add(node.id)
                 yield _Item("node", node, parent, line_prefix, own_prefix)
-                kids = [kid for kid in self.children.get(node.id, ()) if kid.id not in seen]
+                kids = [kid for kid in children.get(node.id, ()) if kid.id not in seen]
                 if kids and kids[0].type != "compaction":
                     stack.append((kids[0], index, own_prefix, own_prefix, level))
                     kids = kids[1:]
                 for kid in reversed(kids):
                     stack.append((kid, index, own_prefix + "├── ", own_prefix + "│   ", level + 1))
                 index += 1
+
+
+def _weight(folded: Mapping[str, tuple[Fold, GraphNode]], node: GraphNode) -> int:
+    """How many messages a drawn node stands for."""
+    found = folded.get(node.id)
+    return 1 if found is None else found[0].count
 
 
 def _kind(node: GraphNode) -> str:
@@ -357,11 +304,11 @@ def visualize_graph(
     header = f"[chat: {_one_line(graph.chat_id)}]"
     if not graph.nodes:
         return f"{header}\n\n(empty)"
-    shape = _Shape(graph, last)
+    tree = _Tree(graph, last)
     lines = [header, ""]
-    if shape.left_out:
-        lines.append(f"… {_messages(shape.left_out)} before these not shown (last={last})")
-    for item in shape.walk(fold or None, depth):
+    if tree.left_out:
+        lines.append(f"… {_messages(tree.left_out)} before these not shown (last={last})")
+    for item in tree.walk(fold or None, depth):
         node = item.node
         if item.kind == "fold":
             assert item.last is not None
@@ -384,11 +331,11 @@ def visualize_graph(
             f"{item.line_prefix}{_one_line(node.id[:_ID_PREFIX_LENGTH])} "
             f'({_one_line(_kind(node))}): "{_one_line(node.preview)}"'
         )
-        heads = shape.heads.get(node.id)
+        heads = tree.heads.get(node.id)
         if heads:
             labels = [_short(name) + (" *" if active else "") for name, active in heads]
             line += f" <- [{_labels(labels)}]"
-        points = shape.points.get(node.id)
+        points = tree.points.get(node.id)
         if points:
             line += f" {{{_labels([_short(name) for name in points])}}}"
         lines.append(line)
@@ -425,15 +372,15 @@ def _mermaid_text(text: str) -> str:
 
 
 def _mermaid(graph: Graph | GraphOutline, fold: int | None, last: int | None) -> str:
-    shape = _Shape(graph, last)
+    tree = _Tree(graph, last)
     lines = ["flowchart TD"]
     if not graph.nodes and not graph.branches and not graph.checkpoints:
         lines.append(f'    empty["{_mermaid_text("(empty)")}"]')
         return "\n".join(lines)
-    if shape.left_out:
-        note = f"… {_messages(shape.left_out)} before these left out (last={last})"
+    if tree.left_out:
+        note = f"… {_messages(tree.left_out)} before these left out (last={last})"
         lines.append(f'    older["{_mermaid_text(note)}"]')
-    items = list(shape.walk(fold or None, None))
+    items = list(tree.walk(fold or None, None))
     drawn: dict[str, str] = {}  # message id -> chart id of what shows it
     edges: list[str] = []
     folded: list[str] = []
@@ -458,7 +405,7 @@ def _mermaid(graph: Graph | GraphOutline, fold: int | None, last: int | None) ->
     inactive: list[str] = []
     for index, branch in enumerate(graph.branches):
         head = branch.head_message_id
-        if shape.left_out and head is not None and head not in drawn:
+        if tree.left_out and head is not None and head not in drawn:
             continue  # its head is among the messages left out
         branch_id = f"b{index}"
         label = _mermaid_text(_short(branch.name) + (" *" if branch.is_active else ""))
@@ -468,7 +415,7 @@ def _mermaid(graph: Graph | GraphOutline, fold: int | None, last: int | None) ->
         (active if branch.is_active else inactive).append(branch_id)
     checkpoint_ids: list[str] = []
     for index, checkpoint in enumerate(graph.checkpoints):
-        if checkpoint.message_id not in drawn and shape.left_out:
+        if checkpoint.message_id not in drawn and tree.left_out:
             continue
         checkpoint_id = f"c{index}"
         lines.append(f'    {checkpoint_id}{{{{"{_mermaid_text(_short(checkpoint.name))}"}}}}')

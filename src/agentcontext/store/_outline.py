@@ -1,8 +1,8 @@
 """A chat's linear runs, found once per chat version and kept for the viewer's next page.
 
-An outline is defined by one walk of the chat (the model in ``tests/store/test_outline.py``):
-a message is *kept* (drawn) when it is a root,
-a compaction, the parent of a compaction, marked (a branch head, a checkpoint, the selected
+An outline is defined by one walk of the chat, the graph shape (`agentcontext._shape`) that
+the text views and the viewer draw by too: a message is *kept* (drawn) when it is a root, a
+compaction, the parent of a compaction, marked (a branch head, a checkpoint, the selected
 message), or when it has no child or several; every other message has exactly one child and
 belongs to the linear run that ends at a kept message. Finding the runs needs every message's
 id, parent and type: a read and a walk that grow with the chat.
@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_right
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Collection, Iterable
 
+from agentcontext._shape import find_runs, kept_messages, run_folds
 from agentcontext.store._memory import register
 from agentcontext.store.records import Fold
 
@@ -54,49 +55,10 @@ class Runs:
 
     @classmethod
     def build(cls, nodes: Iterable[tuple[str, str | None, str]]) -> Runs:
-        """The runs of a chat from every message's ``(id, parent_id, type)``, in any order."""
-        parent_of: dict[str, str | None] = {}
-        compactions: list[str] = []
-        for node_id, parent_id, kind in nodes:
-            parent_of[node_id] = parent_id
-            if kind == "compaction" and parent_id is not None:
-                compactions.append(node_id)
-        children = Counter(parent_of.values())
-        # Kept: roots (no parent, or one outside the chat), compactions and their parents,
-        # and every message without exactly one child.
-        kept: set[str | None] = {
-            node_id for node_id, parent_id in parent_of.items() if parent_id not in parent_of
-        }
-        kept.update(compactions)
-        kept.update(parent_of[node_id] for node_id in compactions)
-        kept.update(parent_of.keys() - children.keys())
-        kept.update(node_id for node_id, count in children.items() if count > 1)
-        kept &= parent_of.keys()
-        total = len(parent_of)
-        kept_ids: list[str] = []
-        members: list[str] = []
-        starts: list[int] = []
-        below: list[str] = []
-        for node_id in parent_of:
-            if node_id not in kept:
-                continue
-            kept_ids.append(node_id)
-            cursor = parent_of[node_id]
-            if cursor not in parent_of or cursor in kept:
-                continue
-            run: list[str] = []
-            # A message outside `kept` has one parent in the chat, so the walk ends at a kept
-            # message; the bound only guards against a cycle in damaged data.
-            for _ in range(total):
-                run.append(cursor)  # type: ignore[arg-type]
-                cursor = parent_of[cursor]  # type: ignore[index]
-                if cursor in kept:
-                    break
-            run.reverse()
-            starts.append(len(members))
-            members.extend(run)
-            below.append(node_id)
-        return cls(total, kept_ids, members, starts, below)
+        """The runs of a chat from every message's ``(id, parent_id, type)``, in any order
+        (the graph shape's `kept_messages` and `find_runs`, with no marks)."""
+        parent_of, kept = kept_messages(nodes)
+        return cls(len(parent_of), *find_runs(parent_of, kept))
 
     @property
     def size(self) -> int:
@@ -122,7 +84,7 @@ class Runs:
             for cut in [*sorted(cuts.get(run, ())), end]:
                 if cut > low:
                     first, last, count = members[low], members[cut - 1], cut - low
-                    if count >= fold and first not in opened:
+                    if run_folds(count, fold) and first not in opened:
                         child = members[cut] if cut < end else self._below[run]
                         shown.extend((first, last))
                         folds.append(

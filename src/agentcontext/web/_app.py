@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from agentcontext._shape import DEFAULT_FOLD
 from agentcontext.errors import (
     ContextError,
     InvalidInputError,
@@ -36,7 +37,7 @@ from agentcontext.web._html import (
     text_html,
     when,
 )
-from agentcontext.web._layout import FOLD_MIN, layout_graph, render_svg
+from agentcontext.web._layout import layout_graph, render_svg
 from agentcontext.web._render import message_body, message_panel
 
 if TYPE_CHECKING:
@@ -415,7 +416,7 @@ class _Viewer:
         """The chat's graph with long runs folded, read for what the page draws only."""
         valid = [o for o in opened if len(o) <= MAX_ID_LENGTH][:MAX_OPENED]
         keep = [selected] if selected is not None and len(selected) <= MAX_ID_LENGTH else []
-        return await self.store.graph_outline(chat.id, fold=FOLD_MIN, keep=keep, opened=valid)
+        return await self.store.graph_outline(chat.id, fold=DEFAULT_FOLD, keep=keep, opened=valid)
 
     async def _closers(self, chat: Chat, opened: list[str], selected: str | None) -> str:
         links = []

@@ -1,23 +1,26 @@
 """The conversation tree laid out on the server and drawn as SVG.
 
 One row per visible node (pre-order, the active branch first), one lane per leaf: like a
-``git log --graph``. Long linear runs fold into one node that a link (or the script) opens.
+``git log --graph``. Long linear runs fold into one node that a link (or the script) opens:
+the runs of the graph shape (`agentcontext._shape`), the ones the store's outline and the text
+views fold too.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from agentcontext.store.records import Fold, Graph, GraphNode, GraphOutline
+from agentcontext._shape import DEFAULT_FOLD, Shape, run_folds, unfold
+from agentcontext.store.records import Graph, GraphNode, GraphOutline
 from agentcontext.web._html import esc, href, preview_text
 
 __all__ = ["FOLD_MIN", "Layout", "Row", "layout_graph", "render_svg"]
 
-FOLD_MIN = 6
-"""Runs of at least this many plain messages fold into one node."""
+FOLD_MIN = DEFAULT_FOLD
+"""Runs of at least this many plain messages fold into one node (the graph shape's
+`DEFAULT_FOLD`)."""
 
 ROW_H = 22
 LANE_W = 16
@@ -56,27 +59,6 @@ class Layout:
     """How many runs are folded."""
 
 
-def _unfolded(outline: GraphOutline) -> tuple[list[GraphNode], dict[str, tuple[Fold, GraphNode]]]:
-    """The outline's nodes with each fold's first message standing for its run: the last
-    message of the run is left out and the message after the run hangs from the first."""
-    by_id = {node.id: node for node in outline.nodes}
-    folds: dict[str, tuple[Fold, GraphNode]] = {}
-    skipped: set[str] = set()
-    rewired: dict[str, str] = {}
-    for fold in outline.folds:
-        if fold.first_id in by_id and fold.last_id in by_id:
-            folds[fold.first_id] = (fold, by_id[fold.last_id])
-            if fold.last_id != fold.first_id:
-                skipped.add(fold.last_id)
-            rewired[fold.child_id] = fold.first_id
-    nodes = [
-        node.model_copy(update={"parent_id": rewired[node.id]}) if node.id in rewired else node
-        for node in outline.nodes
-        if node.id not in skipped
-    ]
-    return nodes, folds
-
-
 def layout_graph(
     graph: Graph | GraphOutline, *, opened: Collection[str] = (), selected: str | None = None
 ) -> Layout:
@@ -92,31 +74,9 @@ def layout_graph(
     Returns:
         The rows and lanes to draw.
     """
-    folded: dict[str, tuple[Fold, GraphNode]] = {}
-    if isinstance(graph, GraphOutline):
-        graph_nodes, folded = _unfolded(graph)
-    else:
-        graph_nodes = graph.nodes
-    by_id = {node.id: node for node in graph_nodes}
-    children: dict[str | None, list[GraphNode]] = defaultdict(list)
-    for node in graph_nodes:
-        parent = node.parent_id if node.parent_id in by_id else None
-        children[parent].append(node)
-
-    heads: dict[str, list[tuple[str, bool]]] = defaultdict(list)
-    for branch in graph.branches:
-        if branch.head_message_id is not None:
-            heads[branch.head_message_id].append((branch.name, branch.is_active))
-    points: dict[str, list[str]] = defaultdict(list)
-    for point in graph.checkpoints:
-        points[point.message_id].append(point.name)
-
-    active_path: set[str] = set()
-    active = next((b for b in graph.branches if b.is_active), None)
-    cursor = active.head_message_id if active is not None else None
-    while cursor is not None and cursor in by_id and cursor not in active_path:
-        active_path.add(cursor)
-        cursor = by_id[cursor].parent_id
+    nodes, folded = unfold(graph)
+    shape = Shape(graph, nodes, folded, marked=() if selected is None else (selected,))
+    children, heads, points, active_path = shape.children, shape.heads, shape.points, shape.active
 
     def order(nodes: list[GraphNode]) -> list[GraphNode]:
         # The active path first, compactions last, otherwise oldest first.
@@ -128,16 +88,6 @@ def layout_graph(
                 n.created_at,
                 n.id,
             ),
-        )
-
-    def plain(node: GraphNode) -> bool:
-        return (
-            node.type != "compaction"
-            and len(children.get(node.id, ())) == 1
-            and children[node.id][0].type != "compaction"
-            and node.id not in heads
-            and node.id not in points
-            and node.id != selected
         )
 
     opened_set = set(opened)
@@ -157,7 +107,7 @@ def layout_graph(
     # its subtree is drawn) come right below it; the child that continues its lane (the one on
     # the active path, else the oldest) comes last. A lane of None releases that lane.
     stack: list[tuple[GraphNode | None, int, int | None]] = []
-    for root in reversed(order(children.get(None, []))):
+    for root in reversed(order(shape.roots)):
         lane = take_lane()
         stack.append((None, lane, None))
         stack.append((root, lane, None))
@@ -185,15 +135,10 @@ def layout_graph(
             if kids:
                 stack.append((kids[0], lane, len(rows) - 1))
             continue
-        # A run of plain messages starting here (a root is always drawn on its own).
-        run: list[GraphNode] = []
-        after = node
-        if node.parent_id is not None:
-            while plain(after):
-                run.append(after)
-                after = children[after.id][0]
+        # A run of plain messages starting here (none from a root: it is kept).
+        run, after = shape.run(node)
         run_id = node.id
-        is_run = len(run) >= FOLD_MIN
+        is_run = run_folds(len(run), DEFAULT_FOLD)
         if is_run and run_id not in opened_set:
             rows.append(
                 Row(
