@@ -37,7 +37,7 @@ from sqlalchemy.engine import make_url
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from agentcontext.store import MessageRecord, SqlContextStore
-from agentcontext.store._retention import TABLES
+from agentcontext.store._ops.retention import TABLES
 from agentcontext.store.records import compaction_id
 
 DEFAULT_PG = os.environ.get(

@@ -35,7 +35,7 @@ from sqlalchemy.engine import make_url
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from agentcontext.store import MessageRecord, SqlContextStore
-from agentcontext.store._schema import branches, chats
+from agentcontext.store._db.schema import branches, chats
 
 DEFAULT_PG = os.environ.get(
     "AGENTCONTEXT_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"

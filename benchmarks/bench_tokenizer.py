@@ -40,7 +40,7 @@ from tests.store.test_tokenizer import (  # noqa: E402
     _reference_tokens,
 )
 
-from agentcontext.store import _tokenizer  # noqa: E402
+from agentcontext.store._rows import tokenizer as _tokenizer  # noqa: E402
 
 NON_ASCII_WORDS = ["café", "naïve", "Straße", "İstanbul", "größer", "résumé", "Zürich", "señor"]
 

@@ -19,8 +19,8 @@ import os
 from alembic import context
 from sqlalchemy import Connection
 
-from agentcontext.store import _migrate
-from agentcontext.store._schema import VERSION_TABLE, Base
+from agentcontext.store._db import migrate as _migrate
+from agentcontext.store._db.schema import VERSION_TABLE, Base
 
 config = context.config
 target_metadata = Base.metadata
@@ -50,7 +50,7 @@ def _schema() -> str | None:
     """The tenant schema: ``-x schema=acme`` on the command line, or the store's."""
     given = context.get_x_argument(as_dictionary=True).get("schema")
     if given:
-        from agentcontext.store._options import check_schema_name
+        from agentcontext.store._db.options import check_schema_name
 
         return check_schema_name(given)
     found = config.attributes.get("schema")

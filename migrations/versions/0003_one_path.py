@@ -1,6 +1,6 @@
 """One tokenizer for search on both backends, and single-statement appends.
 
-- Search tokens are made in Python (``agentcontext.store._tokenizer``) for every backend:
+- Search tokens are made in Python (``agentcontext.store._rows.tokenizer``) for every backend:
   SQLite keeps them in a contentless FTS5 table, PostgreSQL a bloom signature per message
   (``messages.search_sig``). The stored copy of the searchable text (``search_text``) and
   its indexes go.
@@ -24,9 +24,9 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 from agentcontext._validate import loads
-from agentcontext.store._signatures import signature as _signature
-from agentcontext.store._text import search_text
-from agentcontext.store._tokenizer import tokens
+from agentcontext.store._rows.signatures import signature as _signature
+from agentcontext.store._rows.text import search_text
+from agentcontext.store._rows.tokenizer import tokens
 
 revision: str = "0003"
 down_revision: str | None = "0002"

@@ -8,7 +8,7 @@ the index answers without reading the chat's other messages; Python then checks 
 candidate's tokens, as before.
 
 The hash is part of the on-disk format: the CRC-32 (zlib's) of the token's UTF-8 bytes minus
-2**31, a signed ``int4`` (``agentcontext.store._tokenizer.token_hash``).
+2**31, a signed ``int4`` (``agentcontext.store._rows.tokenizer.token_hash``).
 
 The upgrade computes the hashes of every existing message (in batches, by ``seq``), builds the
 index and drops ``search_sig``. Every row is rewritten once: a ``VACUUM messages`` afterwards
@@ -32,10 +32,10 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 from agentcontext._validate import loads
+from agentcontext.store._db.schema import SEARCH_HASHES_INDEX
 from agentcontext.store._dialects.postgresql import hashes_text
-from agentcontext.store._schema import SEARCH_HASHES_INDEX
-from agentcontext.store._signatures import signature
-from agentcontext.store._text import index_tokens
+from agentcontext.store._rows.signatures import signature
+from agentcontext.store._rows.text import index_tokens
 
 revision: str = "0008"
 down_revision: str | None = "0007"

@@ -34,9 +34,7 @@ def _has_column() -> bool:
         return False
     inspector = sa.inspect(op.get_bind())
     schema = op.get_context().version_table_schema
-    return any(
-        column["name"] == "incarnation" for column in inspector.get_columns("chats", schema)
-    )
+    return any(column["name"] == "incarnation" for column in inspector.get_columns("chats", schema))
 
 
 def upgrade() -> None:

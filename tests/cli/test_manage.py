@@ -25,7 +25,7 @@ from agentcontext import (
 )
 from agentcontext.cli._retention import parse_duration
 from agentcontext.cli._transcript import mark_reminders
-from agentcontext.store._schema import chats as C
+from agentcontext.store._db.schema import chats as C
 from tests.cli.helpers import (
     build_branched_chat,
     one_error_line,

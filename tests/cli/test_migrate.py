@@ -11,7 +11,7 @@ import pytest
 from alembic.script import ScriptDirectory
 
 from agentcontext import SchemaOutdatedError, SqlContextStore
-from agentcontext.store import _migrate
+from agentcontext.store._db import migrate as _migrate
 from tests.cli.helpers import one_error_line, run_cli, sqlite_url
 from tests.conftest import fresh_pg_database
 

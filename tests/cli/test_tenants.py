@@ -26,7 +26,7 @@ from sqlalchemy import text
 
 from agentcontext import ContextEngine, SqlContextStore, assistant_text, user
 from agentcontext.cli import build_parser
-from agentcontext.store import _migrate
+from agentcontext.store._db import migrate as _migrate
 from agentcontext.store.records import utcnow
 from tests.cli.helpers import clean_env, one_error_line, run_cli, sqlite_url
 from tests.conftest import fresh_pg_database

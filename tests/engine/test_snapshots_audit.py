@@ -18,7 +18,7 @@ from agentcontext import (
     user,
 )
 from agentcontext.snapshots import ContextSnapshot, SelectionStrategy, blob_hash, snapshot_fragment
-from agentcontext.store._schema import blobs
+from agentcontext.store._db.schema import blobs
 
 
 async def blob_rows(store: SqlContextStore) -> int:

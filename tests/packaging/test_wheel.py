@@ -70,7 +70,7 @@ MIGRATE = """
     import asyncio, sys
     import agentcontext
     from agentcontext.store import SqlContextStore
-    from agentcontext.store._migrate import script_location
+    from agentcontext.store._db.migrate import script_location
 
     async def main():
         assert "site-packages" in str(script_location()), script_location()
@@ -86,7 +86,7 @@ def test_wheel_contains_the_migrations(installed: Path) -> None:
     out = run_outside_checkout(
         installed,
         installed.parent,
-        "import agentcontext.store._migrate as m; print(m.script_location())",
+        "import agentcontext.store._db.migrate as m; print(m.script_location())",
     )
     location = Path(out.strip())
     assert "site-packages" in str(location)

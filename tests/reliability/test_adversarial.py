@@ -38,7 +38,7 @@ from agentcontext import (
     user,
 )
 from agentcontext.store import AppendResult, ChatExport, MessageRecord
-from agentcontext.store._database import driver_threads
+from agentcontext.store._db.errors import driver_threads
 
 # --- 1. retried saves ------------------------------------------------------------------------
 

@@ -72,8 +72,9 @@ from agentcontext import (
     user,
 )
 from agentcontext._validate import MAX_MESSAGE_BYTES
-from agentcontext.store import ExportedBlob, _schema
-from agentcontext.store._text import INDEXED_BYTES
+from agentcontext.store import ExportedBlob
+from agentcontext.store._db import schema as _schema
+from agentcontext.store._rows.text import INDEXED_BYTES
 from tests.helpers import rec
 
 SEED, OWNER = "seed-chat", "owner"

@@ -10,7 +10,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agentcontext import errors
-from agentcontext.store import SqlContextStore, _branches
+from agentcontext.store import SqlContextStore
+from agentcontext.store._ops import branches as _branches
 from tests.helpers import chain, rec
 
 

@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import Connection, text
 
 from agentcontext.store import MessageRecord, SqlContextStore
-from agentcontext.store._chain import _statement
 from agentcontext.store._dialects.postgresql import PostgresDialect
+from agentcontext.store._ops.chain import _statement
 from tests.conftest import fresh_pg_database, require_postgres
 
 SIZE = 10_000

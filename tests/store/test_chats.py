@@ -110,7 +110,7 @@ async def test_list_chats_ties_break_deterministically(store: SqlContextStore) -
     assert chat is not None
     from sqlalchemy import update
 
-    from agentcontext.store._schema import chats
+    from agentcontext.store._db.schema import chats
 
     async with store.engine.begin() as conn:
         await conn.execute(update(chats).values(updated_at=chat.updated_at))

@@ -12,7 +12,7 @@ from sqlalchemy.engine.interfaces import CacheStats
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentcontext import ContextEngine, SqlContextStore, assistant_text, user
-from agentcontext.store import _compiled
+from agentcontext.store._db import compiled as _compiled
 
 
 class Hits:

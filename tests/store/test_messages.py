@@ -7,7 +7,7 @@ from sqlalchemy import select, text, update
 
 from agentcontext import errors
 from agentcontext.store import MessageRecord, SqlContextStore
-from agentcontext.store._schema import messages
+from agentcontext.store._db.schema import messages
 from tests.helpers import chain, msg_data, rec
 
 

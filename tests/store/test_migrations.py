@@ -20,8 +20,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentcontext import errors
-from agentcontext.store import InMemoryContextStore, SqlContextStore, _migrate
-from agentcontext.store._schema import VERSION_TABLE, Base
+from agentcontext.store import InMemoryContextStore, SqlContextStore
+from agentcontext.store._db import migrate as _migrate
+from agentcontext.store._db.schema import VERSION_TABLE, Base
 from tests.conftest import fresh_pg_database, through_pgbouncer
 from tests.helpers import chain
 

@@ -35,7 +35,7 @@ from agentcontext import (
     assistant_text,
     user,
 )
-from agentcontext.store._replicas import format_token, parse_token
+from agentcontext.store._db.replicas import format_token, parse_token
 from tests.conftest import (
     IN_CI,
     _dsn,

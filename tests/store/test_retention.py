@@ -35,10 +35,10 @@ from agentcontext import (
     user,
 )
 from agentcontext.store import SqlContextStore
-from agentcontext.store._retention import TABLES
-from agentcontext.store._schema import Base
-from agentcontext.store._schema import chats as C
-from agentcontext.store._schema import messages as M
+from agentcontext.store._db.schema import Base
+from agentcontext.store._db.schema import chats as C
+from agentcontext.store._db.schema import messages as M
+from agentcontext.store._ops.retention import TABLES
 from agentcontext.store.records import MessageRecord, compaction_id
 from tests.helpers import chain, rec
 

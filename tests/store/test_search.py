@@ -10,7 +10,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agentcontext import errors
-from agentcontext.store import MessageRecord, SqlContextStore, _text, _tokenizer
+from agentcontext.store import MessageRecord, SqlContextStore
+from agentcontext.store._rows import text as _text
+from agentcontext.store._rows import tokenizer as _tokenizer
 from tests.helpers import msg_data, rec
 
 HOSTILE = [

@@ -15,9 +15,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import Connection, column, select, table, text
 
-from agentcontext.store import MessageRecord, SqlContextStore, _migrate, _text, _tokenizer
+from agentcontext.store import MessageRecord, SqlContextStore
+from agentcontext.store._db import migrate as _migrate
+from agentcontext.store._db.schema import SEARCH_HASHES_INDEX
 from agentcontext.store._dialects.postgresql import PostgresDialect, hashes_text
-from agentcontext.store._schema import SEARCH_HASHES_INDEX
+from agentcontext.store._rows import text as _text
+from agentcontext.store._rows import tokenizer as _tokenizer
 from tests.conftest import fresh_pg_database, require_postgres
 
 INT4 = range(-(2**31), 2**31)
@@ -69,7 +72,7 @@ def test_the_hash_is_fixed_across_processes_and_releases() -> None:
     pinned = {"zebracorn": 939908890 - 2**31, "café": 2561491637 - 2**31}
     assert {token: _tokenizer.token_hash(token) for token in pinned} == pinned
     assert _tokenizer.token_hash("") == -(2**31)
-    code = "from agentcontext.store import _tokenizer; print(_tokenizer.token_hash('zebracorn'))"
+    code = "from agentcontext.store._rows import tokenizer; print(tokenizer.token_hash('zebracorn'))"
     for seed in ("1", "2"):
         out = subprocess.run(
             [sys.executable, "-c", code],

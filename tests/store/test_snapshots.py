@@ -15,7 +15,7 @@ from agentcontext.snapshots import (
     blob_hash,
 )
 from agentcontext.store import SqlContextStore
-from agentcontext.store._schema import blobs
+from agentcontext.store._db.schema import blobs
 from tests.helpers import chain
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))

@@ -17,8 +17,9 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from agentcontext.store import _text, _tokenizer
-from agentcontext.store._tokenizer import iter_tokens, query_tokens, tokens
+from agentcontext.store._rows import text as _text
+from agentcontext.store._rows import tokenizer as _tokenizer
+from agentcontext.store._rows.tokenizer import iter_tokens, query_tokens, tokens
 
 from .test_tokenizer import EXAMPLES, _patched, texts
 

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from agentcontext.store import _tokenizer
-from agentcontext.store._tokenizer import iter_tokens, query_tokens, tokens
+from agentcontext.store._rows import tokenizer as _tokenizer
+from agentcontext.store._rows.tokenizer import iter_tokens, query_tokens, tokens
 
 EXAMPLES = int(os.environ.get("AGENTCONTEXT_TOKENIZER_EXAMPLES", "300"))
 

@@ -38,8 +38,8 @@ from agentcontext import (
     reminder,
     user,
 )
+from agentcontext.store._db.options import StoreOptions
 from agentcontext.store._dialects import PostgresDialect
-from agentcontext.store._options import StoreOptions
 from tests.conftest import fresh_pg_database, require_postgres
 
 BACKENDS = ["sqlite", "postgres", "pgbouncer", "memory"]

@@ -9,7 +9,7 @@ import pytest
 
 from agentcontext import ChatExport, ContextEngine, Message, assistant_text, errors, user
 from agentcontext.store import SqlContextStore
-from agentcontext.store._copy import copy_message_id
+from agentcontext.store._ops.copy import copy_message_id
 from agentcontext.store.admin import copy_export
 from agentcontext.store.records import MessageRecord, compaction_id
 from tests.helpers import chain, rec

@@ -20,12 +20,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select, text
 
-from agentcontext.store import MessageRecord, SqlContextStore, _appends, _branches
-from agentcontext.store._database import unit
+from agentcontext.store import MessageRecord, SqlContextStore
+from agentcontext.store._db.database import unit
+from agentcontext.store._db.schema import branches as B
+from agentcontext.store._db.schema import chats as C
+from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects.sqlite import APPEND_TRIGGER, APPEND_VIEW
-from agentcontext.store._schema import branches as B
-from agentcontext.store._schema import chats as C
-from agentcontext.store._schema import messages as M
+from agentcontext.store._ops import appends as _appends
+from agentcontext.store._ops import branches as _branches
 
 EXAMPLES = itertools.count()
 WORDS = st.sampled_from(["fox", "den", "Éclair", "naïve", "東京", "3.14", "a_b", "user@x.io"])

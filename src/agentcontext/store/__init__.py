@@ -8,8 +8,8 @@ it the engine uses is `EngineStore`.
 
 from __future__ import annotations
 
+from agentcontext.store._db.options import StoreOptions
 from agentcontext.store._in_memory import InMemoryContextStore
-from agentcontext.store._options import StoreOptions
 from agentcontext.store.base import ContextStore
 from agentcontext.store.protocols import (
     BranchKeeper,

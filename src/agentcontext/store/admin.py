@@ -19,11 +19,8 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from agentcontext.store._checks import new_id
-from agentcontext.store._copy import copy_export
-from agentcontext.store._database import driver_threads, settle_driver_threads
-from agentcontext.store._dialects import database_file as _database_file
-from agentcontext.store._migrate import (
+from agentcontext.store._db.errors import driver_threads, settle_driver_threads
+from agentcontext.store._db.migrate import (
     current_revision,
     downgrade_in_transaction,
     head_revision,
@@ -31,7 +28,10 @@ from agentcontext.store._migrate import (
     run_in_write_transaction,
     upgrade_in_transaction,
 )
-from agentcontext.store._transfer import check_export
+from agentcontext.store._dialects import database_file as _database_file
+from agentcontext.store._ops.copy import copy_export
+from agentcontext.store._ops.transfer import check_export
+from agentcontext.store._rows.checks import new_id
 
 __all__ = [
     "check_export",

@@ -141,7 +141,7 @@ class ConsistencyTokens(Protocol):
         Raises:
             InvalidInputError: ``token`` is not a consistency token.
         """
-        from agentcontext.store._replicas import parse_token
+        from agentcontext.store._db.replicas import parse_token
 
         v.check_id(chat_id, "chat_id")
         if token is not None:

@@ -25,31 +25,34 @@ from agentcontext import _telemetry as telemetry
 from agentcontext import _validate as v
 from agentcontext.errors import InvalidGraphError, InvalidInputError, InvalidTypeError
 from agentcontext.snapshots import ContextSnapshot
-from agentcontext.store import (
-    _appends,
-    _branches,
-    _chain,
-    _chats,
-    _checkpoints,
-    _copy,
-    _graph,
-    _messages,
-    _migrate,
-    _pages,
-    _retention,
-    _search,
-    _snapshots,
-    _transfer,
-)
-from agentcontext.store._checks import check_metadata_filter, check_record, check_records, new_id
-from agentcontext.store._database import Database, Transaction, unit
+from agentcontext.store._db import migrate as _migrate
+from agentcontext.store._db.database import Database, Transaction, unit
+from agentcontext.store._db.migrate import MigrateMode
+from agentcontext.store._db.options import StoreOptions, open_database
+from agentcontext.store._db.replicas import parse_token
+from agentcontext.store._db.schema import resolve_records as RR
+from agentcontext.store._db.schema import snapshots as SN
 from agentcontext.store._memory import DEFAULT_CACHE_BYTES, ChainMemory, forget_everywhere
-from agentcontext.store._migrate import MigrateMode
-from agentcontext.store._options import StoreOptions, open_database
+from agentcontext.store._ops import appends as _appends
+from agentcontext.store._ops import branches as _branches
+from agentcontext.store._ops import chain as _chain
+from agentcontext.store._ops import chats as _chats
+from agentcontext.store._ops import checkpoints as _checkpoints
+from agentcontext.store._ops import copy as _copy
+from agentcontext.store._ops import graph as _graph
+from agentcontext.store._ops import messages as _messages
+from agentcontext.store._ops import pages as _pages
+from agentcontext.store._ops import retention as _retention
+from agentcontext.store._ops import search as _search
+from agentcontext.store._ops import snapshots as _snapshots
+from agentcontext.store._ops import transfer as _transfer
 from agentcontext.store._outline import OutlineMemory
-from agentcontext.store._replicas import parse_token
-from agentcontext.store._schema import resolve_records as RR
-from agentcontext.store._schema import snapshots as SN
+from agentcontext.store._rows.checks import (
+    check_metadata_filter,
+    check_record,
+    check_records,
+    new_id,
+)
 from agentcontext.store.base import ContextStore
 from agentcontext.store.records import (
     AppendResult,
@@ -204,12 +207,12 @@ class SqlContextStore(ContextStore):
             await context.save()
         ```
         """
-        return self.db.using(connection)
+        return self.db.callers.using(connection)
 
     def consistency_token(self, chat_id: str) -> str | None:
         v.check_id(chat_id, "chat_id")
         replicas = self.db.replicas
-        return None if replicas is None or self.db.bound else replicas.token(chat_id)
+        return None if replicas is None or self.db.callers.bound else replicas.token(chat_id)
 
     def read_after(self, chat_id: str, token: str | None) -> None:
         v.check_id(chat_id, "chat_id")
@@ -218,7 +221,7 @@ class SqlContextStore(ContextStore):
             self.db.replicas.told(chat_id, position)
 
     def current_transaction(self) -> Transaction | None:
-        return self.db.transaction()
+        return self.db.callers.transaction()
 
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[AsyncConnection]:
@@ -236,7 +239,7 @@ class SqlContextStore(ContextStore):
             await context.save()
         ```
         """
-        async with self.db.begin() as conn:
+        async with self.db.callers.begin() as conn:
             yield conn
 
     # --- chats ------------------------------------------------------------------------------

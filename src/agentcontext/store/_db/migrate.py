@@ -20,13 +20,13 @@ from sqlalchemy.schema import CreateSchema
 
 from agentcontext import _validate as v
 from agentcontext.errors import InvalidInputError, InvalidTypeError, SchemaOutdatedError
+from agentcontext.store._db.schema import SEARCH_HASHES_INDEX, VERSION_TABLE, Base
 from agentcontext.store._dialects import BEGIN_OPTION, dialect_for
-from agentcontext.store._schema import SEARCH_HASHES_INDEX, VERSION_TABLE, Base
 
 if TYPE_CHECKING:
     from alembic.config import Config
 
-    from agentcontext.store._database import Database
+    from agentcontext.store._db.database import Database
 
 HEAD_REVISION = "0009"
 """The newest revision of the packaged migrations (a test checks it against Alembic's)."""
@@ -37,7 +37,7 @@ MigrateMode = Literal["auto"] | bool
 def script_location() -> Path:
     """The Alembic script directory: packaged in the wheel, or ``migrations/`` in a checkout."""
     here = Path(__file__).resolve()
-    for candidate in (here.parent.parent / "migrations", here.parents[3] / "migrations"):
+    for candidate in (here.parents[2] / "migrations", here.parents[4] / "migrations"):
         if (candidate / "env.py").is_file():
             return candidate
     raise RuntimeError(  # pragma: no cover - a broken installation
@@ -156,7 +156,7 @@ async def run_with_new_engine(
 ) -> Any:
     """For ``alembic`` on the command line: a throw-away engine, one locked write transaction
     (in ``schema``, created if missing)."""
-    from agentcontext.store._options import StoreOptions, make_engine
+    from agentcontext.store._db.options import StoreOptions, make_engine
 
     engine, dialect = make_engine(
         make_url(url), StoreOptions(engine_options={"poolclass": NullPool})

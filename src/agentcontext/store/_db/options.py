@@ -15,11 +15,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agentcontext import _validate as v
 from agentcontext._validate import dumps, loads
 from agentcontext.errors import InvalidInputError, InvalidTypeError
-from agentcontext.store import _compiled, _dialects
-from agentcontext.store._database import Database
+from agentcontext.store import _dialects
+from agentcontext.store._db import compiled as _compiled
+from agentcontext.store._db.database import Database
+from agentcontext.store._db.replicas import Replica, Replicas, check_replicas
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._memory import DEFAULT_CACHE_BYTES
-from agentcontext.store._replicas import Replica, Replicas, check_replicas
 
 __all__ = ["StoreOptions", "check_schema_name", "make_engine", "open_database"]
 

@@ -36,7 +36,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from agentcontext._validate import dumps, loads
-from agentcontext.store._rows import damaged_json, damaged_time
+from agentcontext.store._rows.decode import damaged_json, damaged_time
 
 __all__ = [
     "SEARCH_HASHES_INDEX",

@@ -23,9 +23,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentcontext._validate import loads
 from agentcontext.errors import ContextError, InvalidInputError
-from agentcontext.store._rows import damaged_json
-from agentcontext.store._schema import chats as C
-from agentcontext.store._schema import messages as M
+from agentcontext.store._db.schema import chats as C
+from agentcontext.store._db.schema import messages as M
+from agentcontext.store._rows.decode import damaged_json
 
 __all__ = [
     "BEGIN_OPTION",

@@ -39,7 +39,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentcontext.errors import ContextError, InvalidInputError, StoreError, StoreUnavailableError
-from agentcontext.store import _tokenizer
+from agentcontext.store._db.schema import chats as C
+from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects.base import (
     AppendRefused,
     AppendRow,
@@ -51,8 +52,7 @@ from agentcontext.store._dialects.base import (
     orig,
     sqlstate,
 )
-from agentcontext.store._schema import chats as C
-from agentcontext.store._schema import messages as M
+from agentcontext.store._rows import tokenizer as _tokenizer
 
 __all__ = ["PostgresDialect", "hashes_text", "unique_statement_name"]
 

@@ -53,6 +53,7 @@ from agentcontext.errors import (
     StoreError,
     StoreUnavailableError,
 )
+from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects.base import (
     BEGIN_OPTION,
     AppendRefused,
@@ -67,9 +68,8 @@ from agentcontext.store._dialects.base import (
 from agentcontext.store._dialects.base import (
     message_upsert as _message_upsert,
 )
-from agentcontext.store._rows import damaged_time
-from agentcontext.store._schema import messages as M
-from agentcontext.store._text import index_tokens
+from agentcontext.store._rows.decode import damaged_time
+from agentcontext.store._rows.text import index_tokens
 
 __all__ = [
     "APPEND_TRIGGER",

@@ -15,9 +15,10 @@ from collections.abc import Collection
 from agentcontext import _validate as v
 from agentcontext._gc import gc_paused
 from agentcontext.errors import InvalidGraphError, InvalidInputError
-from agentcontext.store import _branches, _text
-from agentcontext.store._database import Database, unit
+from agentcontext.store._db.database import Database, unit
 from agentcontext.store._dialects import AppendRefused, AppendRow, Dialect
+from agentcontext.store._ops import branches as _branches
+from agentcontext.store._rows import text as _text
 from agentcontext.store.records import AppendResult, MessageRecord
 
 __all__ = ["append", "check", "is_plain", "rows_of"]

@@ -28,14 +28,16 @@ from agentcontext.errors import (
     InvalidInputError,
     StoreError,
 )
-from agentcontext.store import _chats, _messages, _rows
-from agentcontext.store._checks import new_id
-from agentcontext.store._database import Database, unit
+from agentcontext.store._db.database import Database, unit
+from agentcontext.store._db.schema import branches as B
+from agentcontext.store._db.schema import chats as C
+from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects import AppendRow, Dialect
-from agentcontext.store._messages import ExistingMessages
-from agentcontext.store._schema import branches as B
-from agentcontext.store._schema import chats as C
-from agentcontext.store._schema import messages as M
+from agentcontext.store._ops import chats as _chats
+from agentcontext.store._ops import messages as _messages
+from agentcontext.store._ops.messages import ExistingMessages
+from agentcontext.store._rows import decode as _rows
+from agentcontext.store._rows.checks import new_id
 from agentcontext.store.records import (
     AppendResult,
     Branch,

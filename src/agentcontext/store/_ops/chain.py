@@ -25,10 +25,10 @@ from sqlalchemy import Connection, and_, bindparam, literal, select, text
 from agentcontext import _validate as v
 from agentcontext._gc import gc_paused
 from agentcontext.errors import InvalidGraphError
-from agentcontext.store import _rows
+from agentcontext.store._db.schema import chats as C
+from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects import Dialect
-from agentcontext.store._schema import chats as C
-from agentcontext.store._schema import messages as M
+from agentcontext.store._rows import decode as _rows
 from agentcontext.store.records import ChainRows, MessageRecord
 
 __all__ = ["active_records", "head_info", "load_records", "load_rows"]
@@ -308,7 +308,8 @@ def _compactions_statement(dialect: Dialect) -> Any:
 def active_records(conn: Connection, dialect: Dialect, chat_id: str) -> list[MessageRecord]:
     """The chain of the chat's active branch as records (snapshot); `ChatNotFoundError` for
     an unknown chat."""
-    from agentcontext.store import _branches, _chats
+    from agentcontext.store._ops import branches as _branches
+    from agentcontext.store._ops import chats as _chats
 
     branch = _branches.active(conn, chat_id)
     if branch is None:

@@ -20,18 +20,18 @@ from agentcontext.errors import (
     MessageNotFoundError,
     StoreError,
 )
-from agentcontext.store import _rows
-from agentcontext.store._checks import new_id
-from agentcontext.store._database import Database, unit
+from agentcontext.store._db.database import Database, unit
+from agentcontext.store._db.schema import branches as B
+from agentcontext.store._db.schema import chats as C
+from agentcontext.store._db.schema import checkpoints as K
+from agentcontext.store._db.schema import messages as M
+from agentcontext.store._db.schema import record_messages as RM
+from agentcontext.store._db.schema import resolve_records as RR
+from agentcontext.store._db.schema import snapshot_items as SI
+from agentcontext.store._db.schema import snapshots as SN
 from agentcontext.store._dialects import Dialect
-from agentcontext.store._schema import branches as B
-from agentcontext.store._schema import chats as C
-from agentcontext.store._schema import checkpoints as K
-from agentcontext.store._schema import messages as M
-from agentcontext.store._schema import record_messages as RM
-from agentcontext.store._schema import resolve_records as RR
-from agentcontext.store._schema import snapshot_items as SI
-from agentcontext.store._schema import snapshots as SN
+from agentcontext.store._rows import decode as _rows
+from agentcontext.store._rows.checks import new_id
 from agentcontext.store.records import PURGED, Chat, ChatInfo, ChatUpdate, utcnow
 
 _log = logging.getLogger("agentcontext.store")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, delete, select
 
-from agentcontext.store import _branches, _chats, _rows
-from agentcontext.store._checks import new_id
+from agentcontext.store._db.schema import checkpoints as K
 from agentcontext.store._dialects import Dialect
-from agentcontext.store._schema import checkpoints as K
+from agentcontext.store._ops import branches as _branches
+from agentcontext.store._ops import chats as _chats
+from agentcontext.store._rows import decode as _rows
+from agentcontext.store._rows.checks import new_id
 from agentcontext.store.records import Checkpoint, utcnow
 
 __all__ = ["CHECKPOINT_COLS", "create", "get", "list_all", "remove"]

@@ -15,11 +15,13 @@ from sqlalchemy import Connection, select
 
 from agentcontext._validate import MAX_ID_LENGTH
 from agentcontext.errors import ChatExistsError, InvalidGraphError, InvalidInputError
-from agentcontext.store import _chain, _chats, _transfer
-from agentcontext.store._checks import new_id
+from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects import Dialect
-from agentcontext.store._messages import MESSAGE_COLS
-from agentcontext.store._schema import messages as M
+from agentcontext.store._ops import chain as _chain
+from agentcontext.store._ops import chats as _chats
+from agentcontext.store._ops import transfer as _transfer
+from agentcontext.store._ops.messages import MESSAGE_COLS
+from agentcontext.store._rows.checks import new_id
 from agentcontext.store.records import (
     Branch,
     ChatExport,

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, select
 
-from agentcontext.store import _branches, _chats, _checkpoints, _rows, _text
-from agentcontext.store._schema import messages as M
+from agentcontext.store._db.schema import messages as M
+from agentcontext.store._ops import branches as _branches
+from agentcontext.store._ops import chats as _chats
+from agentcontext.store._ops import checkpoints as _checkpoints
+from agentcontext.store._rows import decode as _rows
+from agentcontext.store._rows import text as _text
 from agentcontext.store.records import Graph, GraphNode
 
 __all__ = ["graph"]

@@ -18,12 +18,13 @@ from sqlalchemy import (
 )
 
 from agentcontext.errors import InvalidGraphError, InvalidInputError, MessageNotFoundError
-from agentcontext.store import _rows, _text
-from agentcontext.store._chats import touch as touch_chat
+from agentcontext.store._db.schema import branches as B
+from agentcontext.store._db.schema import chats as C
+from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects import Dialect
-from agentcontext.store._schema import branches as B
-from agentcontext.store._schema import chats as C
-from agentcontext.store._schema import messages as M
+from agentcontext.store._ops.chats import touch as touch_chat
+from agentcontext.store._rows import decode as _rows
+from agentcontext.store._rows import text as _text
 from agentcontext.store.records import MessageRecord
 
 __all__ = [

@@ -20,11 +20,14 @@ from typing import Any
 from sqlalchemy import Connection, and_, bindparam, literal, select
 
 from agentcontext.errors import ChatNotFoundError
-from agentcontext.store import _branches, _checkpoints, _rows, _text
+from agentcontext.store._db.schema import chats as C
+from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects import Dialect
+from agentcontext.store._ops import branches as _branches
+from agentcontext.store._ops import checkpoints as _checkpoints
 from agentcontext.store._outline import OutlineMemory, Runs
-from agentcontext.store._schema import chats as C
-from agentcontext.store._schema import messages as M
+from agentcontext.store._rows import decode as _rows
+from agentcontext.store._rows import text as _text
 from agentcontext.store.records import ChainPage, GraphNode, GraphOutline
 
 __all__ = ["chain_page", "graph_outline"]

@@ -20,19 +20,20 @@ from sqlalchemy import Connection, delete, exists, select, update
 
 from agentcontext import _validate as v
 from agentcontext.errors import ChatNotFoundError, InvalidInputError, InvalidTypeError
-from agentcontext.store import _branches, _chats
+from agentcontext.store._db.schema import blobs as BL
+from agentcontext.store._db.schema import branches as B
+from agentcontext.store._db.schema import chats as C
+from agentcontext.store._db.schema import checkpoints as K
+from agentcontext.store._db.schema import messages as M
+from agentcontext.store._db.schema import record_messages as RM
+from agentcontext.store._db.schema import resolve_records as RR
+from agentcontext.store._db.schema import snapshot_items as SI
+from agentcontext.store._db.schema import snapshots as SN
 from agentcontext.store._dialects import Dialect
-from agentcontext.store._messages import IN_CHUNK
-from agentcontext.store._schema import blobs as BL
-from agentcontext.store._schema import branches as B
-from agentcontext.store._schema import chats as C
-from agentcontext.store._schema import checkpoints as K
-from agentcontext.store._schema import messages as M
-from agentcontext.store._schema import record_messages as RM
-from agentcontext.store._schema import resolve_records as RR
-from agentcontext.store._schema import snapshot_items as SI
-from agentcontext.store._schema import snapshots as SN
-from agentcontext.store._text import index_tokens
+from agentcontext.store._ops import branches as _branches
+from agentcontext.store._ops import chats as _chats
+from agentcontext.store._ops.messages import IN_CHUNK
+from agentcontext.store._rows.text import index_tokens
 from agentcontext.store.records import ErasureReport, PruneReport, PurgeReport, utcnow
 
 __all__ = ["TABLES", "check_cutoff", "delete_chats", "drop_blobs", "erase_user", "prune", "purge"]

@@ -16,9 +16,12 @@ from typing import Any, Literal
 from sqlalchemy import Connection
 
 from agentcontext import _validate as v
-from agentcontext.store import _chats, _rows, _text, _tokenizer
-from agentcontext.store._database import Database
+from agentcontext.store._db.database import Database
 from agentcontext.store._dialects import Dialect
+from agentcontext.store._ops import chats as _chats
+from agentcontext.store._rows import decode as _rows
+from agentcontext.store._rows import text as _text
+from agentcontext.store._rows import tokenizer as _tokenizer
 from agentcontext.store.records import SearchResult
 
 __all__ = ["run", "search", "window"]

@@ -11,15 +11,17 @@ from sqlalchemy import ColumnElement, Connection, delete, exists, select
 from agentcontext import _validate as v
 from agentcontext.errors import InvalidInputError, InvalidTypeError, SnapshotError, StoreError
 from agentcontext.snapshots import ContextItem, ContextSnapshot, blob_hash
-from agentcontext.store import _branches, _chats, _rows
-from agentcontext.store._checks import new_id
-from agentcontext.store._database import Database
+from agentcontext.store._db.database import Database
+from agentcontext.store._db.schema import blobs as BL
+from agentcontext.store._db.schema import record_messages as RM
+from agentcontext.store._db.schema import resolve_records as RR
+from agentcontext.store._db.schema import snapshot_items as SI
+from agentcontext.store._db.schema import snapshots as SN
 from agentcontext.store._dialects import Dialect
-from agentcontext.store._schema import blobs as BL
-from agentcontext.store._schema import record_messages as RM
-from agentcontext.store._schema import resolve_records as RR
-from agentcontext.store._schema import snapshot_items as SI
-from agentcontext.store._schema import snapshots as SN
+from agentcontext.store._ops import branches as _branches
+from agentcontext.store._ops import chats as _chats
+from agentcontext.store._rows import decode as _rows
+from agentcontext.store._rows.checks import new_id
 from agentcontext.store.records import ResolveRecord, utcnow
 
 __all__ = [

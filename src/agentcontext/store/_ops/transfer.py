@@ -15,13 +15,18 @@ from agentcontext.errors import (
     InvalidInputError,
     InvalidTypeError,
 )
-from agentcontext.store import _branches, _chats, _checkpoints, _messages, _rows, _snapshots
-from agentcontext.store._checks import check_records
+from agentcontext.store._db.schema import branches as B
+from agentcontext.store._db.schema import checkpoints as K
+from agentcontext.store._db.schema import messages as M
+from agentcontext.store._db.schema import snapshots as SN
 from agentcontext.store._dialects import Dialect
-from agentcontext.store._schema import branches as B
-from agentcontext.store._schema import checkpoints as K
-from agentcontext.store._schema import messages as M
-from agentcontext.store._schema import snapshots as SN
+from agentcontext.store._ops import branches as _branches
+from agentcontext.store._ops import chats as _chats
+from agentcontext.store._ops import checkpoints as _checkpoints
+from agentcontext.store._ops import messages as _messages
+from agentcontext.store._ops import snapshots as _snapshots
+from agentcontext.store._rows import decode as _rows
+from agentcontext.store._rows.checks import check_records
 from agentcontext.store.records import Branch, ChatExport, ExportedBlob, MessageRecord
 
 __all__ = ["check_export", "export_chat", "import_chat", "parents_first"]

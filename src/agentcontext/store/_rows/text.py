@@ -14,7 +14,7 @@ from itertools import compress
 from typing import Any
 
 from agentcontext._display import tool_line
-from agentcontext.store._tokenizer import tokens, word_hits
+from agentcontext.store._rows.tokenizer import tokens, word_hits
 
 PREVIEW_LENGTH = 50
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
