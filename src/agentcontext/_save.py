@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import cast
@@ -92,27 +91,6 @@ def with_consistency_token(store: object, chat_id: str, result: SaveResult) -> S
         return result
     token = cast(ConsistencyTokens, store).consistency_token(chat_id)
     return result if token is None else result.model_copy(update={"consistency_token": token})
-
-
-_WRITE_LOCKS: weakref.WeakKeyDictionary[object, weakref.WeakValueDictionary[str, asyncio.Lock]]
-_WRITE_LOCKS = weakref.WeakKeyDictionary()
-
-
-def chat_write_lock(store: object, chat_id: str) -> asyncio.Lock:
-    """One lock per store and chat, shared by the engines of this process.
-
-    Writers of one chat in one process take turns instead of racing each other's
-    compare-and-swap (which costs every loser a wasted transaction); writers in other
-    processes are still handled by the compare-and-swap. The lock lives while an engine of
-    the chat holds it (`Conversation.write_lock`).
-    """
-    locks = _WRITE_LOCKS.get(store)
-    if locks is None:
-        locks = _WRITE_LOCKS[store] = weakref.WeakValueDictionary()
-    lock = locks.get(chat_id)
-    if lock is None:
-        lock = locks[chat_id] = asyncio.Lock()
-    return lock
 
 
 @asynccontextmanager

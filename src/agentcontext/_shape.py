@@ -1,6 +1,6 @@
 """The shape of a chat's conversation graph, shared by every drawing of it.
 
-The store's outline (`ContextStore.graph_outline`, whose runs `store._outline.Runs` finds),
+The store's outline (`ContextStore.graph_outline`, whose runs `store._ops.outline.Runs` finds),
 the text views (`visualize_graph`, `graph_to_mermaid`) and the web viewer (`layout_graph`) all
 draw the same thing, so what they draw is decided here, once:
 

@@ -33,7 +33,7 @@ from agentcontext._conversation import DELETED, Conversation
 from agentcontext._inspect import InspectFragments, InspectMeta, InspectResult, build_inspect
 from agentcontext._metadata import add_to_usage, retitle
 from agentcontext._pending import PendingQueue
-from agentcontext._save import SaveResult, chat_write_lock, save_turn, with_consistency_token
+from agentcontext._save import SaveResult, save_turn, with_consistency_token
 from agentcontext._storetypes import check_store
 from agentcontext._turns import TURNS as _TURNS  # noqa: F401 (importable here, as before)
 from agentcontext._turns import TurnTracker, placeholder_fragment, stored_turn, turn_at_head
@@ -122,7 +122,7 @@ class ContextEngine:
             checked_chat,
             v.check_id(user_id, "user_id"),
             checked_metadata,
-            chat_write_lock(store, checked_chat),
+            store.write_turn(checked_chat),
         )
         v.check_int(lazy_max_depth, "lazy_max_depth", minimum=1)
         v.check_int(lazy_max_items, "lazy_max_items", minimum=0)

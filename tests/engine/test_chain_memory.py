@@ -143,10 +143,10 @@ async def test_removals_leave_no_decoded_copy_in_any_store_of_the_process(
         assert sorted(report.chat_ids) == ["e1", "e2"]
         held = {e.chat_key[0] for entries in store_b.chain_memory._chats.values() for e in entries}
         assert held == {"kept"}
-        assert set(store_b._outlines._held) == {"kept"}
+        assert set(store_b._memory.outlines._held) == {"kept"}
         await store_a.purge("kept")
         assert len(store_b.chain_memory) == 0
-        assert not store_b._outlines._held
+        assert not store_b._memory.outlines._held
         await ContextEngine(store=store_b, chat_id="kept", user_id="u1").resolve()
         assert await store_a.delete_chat("kept")
         assert len(store_b.chain_memory) == 0

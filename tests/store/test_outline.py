@@ -17,7 +17,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agentcontext.store import MessageRecord, SqlContextStore
-from agentcontext.store._outline import OutlineMemory, Runs
+from agentcontext.store._memory import OutlineMemory
+from agentcontext.store._ops.outline import Runs
 from agentcontext.store.base import outline_of
 from agentcontext.store.records import Branch, Fold
 from tests.helpers import rec
@@ -155,9 +156,9 @@ async def test_the_store_never_serves_runs_older_than_the_chat(store: SqlContext
     chat = "kept"
     main, records = await _chat_with_chain(store, chat, "k", 40)
     await _check(store, chat)
-    hits = store._outlines.hits
+    hits = store._memory.outlines.hits
     await _check(store, chat)
-    assert store._outlines.hits > hits  # unchanged: served from memory
+    assert store._memory.outlines.hits > hits  # unchanged: served from memory
     more = [rec(f"k{i}", chat, f"k{i - 1}") for i in range(40, 50)]
     await store.append_messages(main.id, more, expected_head=records[-1].id)
     await _check(store, chat)

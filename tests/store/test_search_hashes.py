@@ -72,7 +72,9 @@ def test_the_hash_is_fixed_across_processes_and_releases() -> None:
     pinned = {"zebracorn": 939908890 - 2**31, "café": 2561491637 - 2**31}
     assert {token: _tokenizer.token_hash(token) for token in pinned} == pinned
     assert _tokenizer.token_hash("") == -(2**31)
-    code = "from agentcontext.store._rows import tokenizer; print(tokenizer.token_hash('zebracorn'))"
+    code = (
+        "from agentcontext.store._rows import tokenizer; print(tokenizer.token_hash('zebracorn'))"
+    )
     for seed in ("1", "2"):
         out = subprocess.run(
             [sys.executable, "-c", code],

@@ -32,7 +32,7 @@ from agentcontext._shape import (
     unfold,
 )
 from agentcontext.store import ContextStore
-from agentcontext.store._outline import Runs
+from agentcontext.store._ops.outline import Runs
 from agentcontext.store.base import outline_of
 from agentcontext.store.records import BranchInfo, Checkpoint, Fold, Graph, GraphNode
 from agentcontext.web import _layout

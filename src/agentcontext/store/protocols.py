@@ -26,6 +26,7 @@ defaults written here (marked as such) and must write the rest (the abstract one
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -84,7 +85,7 @@ def outline_of(
     graph: Graph, *, fold: int, keep: Sequence[str] = (), opened: Sequence[str] = ()
 ) -> GraphOutline:
     """`Pages.graph_outline` computed from a whole graph (its default, and its reference)."""
-    from agentcontext.store._outline import Runs
+    from agentcontext.store._ops.outline import Runs
 
     marked = {b.head_message_id for b in graph.branches if b.head_message_id is not None}
     marked.update(c.message_id for c in graph.checkpoints)
@@ -245,6 +246,16 @@ class ChatReader(Protocol):
 class TurnWriter(Protocol):
     """Writing turns (compare-and-swap appends, in-place updates, forks) and chat updates: what
     a save, a streaming turn, a compaction and a reminder's latch write."""
+
+    def write_turn(self, chat_id: str) -> asyncio.Lock:
+        """The chat's write turn among the engines of this process that share this store:
+        writers of one chat take turns instead of racing each other's compare-and-swap (which
+        costs every loser a refused write); writers in other processes are still ordered by
+        the compare-and-swap. This default keeps one lock per store and chat in a table of the
+        process; `SqlContextStore` keeps its turns with the rest of its process state."""
+        from agentcontext.store._memory import turns_of
+
+        return turns_of(self).lock(chat_id)
 
     @abc.abstractmethod
     async def update_chat(self, chat_id: str, updater: Callable[[Chat], ChatUpdate | None]) -> Chat:

@@ -10,6 +10,7 @@ lives on the dialect object (``_dialects``). The methods' documentation is `Cont
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import warnings
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
@@ -32,7 +33,12 @@ from agentcontext.store._db.options import StoreOptions, open_database
 from agentcontext.store._db.replicas import parse_token
 from agentcontext.store._db.schema import resolve_records as RR
 from agentcontext.store._db.schema import snapshots as SN
-from agentcontext.store._memory import DEFAULT_CACHE_BYTES, ChainMemory, forget_everywhere
+from agentcontext.store._memory import (
+    DEFAULT_CACHE_BYTES,
+    ChainMemory,
+    StoreMemory,
+    forget_everywhere,
+)
 from agentcontext.store._ops import appends as _appends
 from agentcontext.store._ops import branches as _branches
 from agentcontext.store._ops import chain as _chain
@@ -46,7 +52,6 @@ from agentcontext.store._ops import retention as _retention
 from agentcontext.store._ops import search as _search
 from agentcontext.store._ops import snapshots as _snapshots
 from agentcontext.store._ops import transfer as _transfer
-from agentcontext.store._outline import OutlineMemory
 from agentcontext.store._rows.checks import (
     check_metadata_filter,
     check_record,
@@ -140,8 +145,7 @@ class SqlContextStore(ContextStore):
             {name: given[name] for name in StoreOptions.names()} | dict(unknown)
         )
         prepare = functools.partial(_migrate.prepare_schema, mode=_migrate.check_mode(migrate))
-        self._memory = ChainMemory(options.cache_bytes)
-        self._outlines = OutlineMemory(options.cache_bytes)  # keyed by version: never stale
+        self._memory = StoreMemory(options.cache_bytes)
         self._db = open_database(url_or_engine, options, prepare)
         self._dialect = self._db.dialect
 
@@ -165,7 +169,10 @@ class SqlContextStore(ContextStore):
 
     @property
     def chain_memory(self) -> ChainMemory:
-        return self._memory
+        return self._memory.chains
+
+    def write_turn(self, chat_id: str) -> asyncio.Lock:
+        return self._memory.turns.lock(chat_id)
 
     @property
     def url(self) -> str:
@@ -556,7 +563,7 @@ class SqlContextStore(ContextStore):
         v.check_id(chat_id, "chat_id")
         v.check_int(fold, "fold", minimum=2)
         keep_ids, opened_ids = v.check_str_list(keep, "keep"), v.check_str_list(opened, "opened")
-        memory = self._outlines if self.current_transaction() is None else None  # committed only
+        memory = self._memory.outlines if self.current_transaction() is None else None
         read = unit(
             _pages.graph_outline, self._dialect, chat_id, fold=fold, keep=keep_ids,
             opened=opened_ids, memory=memory,

@@ -23,9 +23,10 @@ from agentcontext.errors import ChatNotFoundError
 from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects import Dialect
+from agentcontext.store._memory import OutlineMemory
 from agentcontext.store._ops import branches as _branches
 from agentcontext.store._ops import checkpoints as _checkpoints
-from agentcontext.store._outline import OutlineMemory, Runs
+from agentcontext.store._ops.outline import Runs
 from agentcontext.store._rows import decode as _rows
 from agentcontext.store._rows import text as _text
 from agentcontext.store.records import ChainPage, GraphNode, GraphOutline

@@ -16,47 +16,16 @@ transaction. What it holds is opaque to it (the engine's `ChainCopy`).
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import OrderedDict
 from typing import Any, Protocol
 
-__all__ = ["DEFAULT_CACHE_BYTES", "ChainMemory", "Remembered", "forget_everywhere", "register"]
+__all__ = ["DEFAULT_CACHE_BYTES", "ChainMemory", "Remembered"]
 
 DEFAULT_CACHE_BYTES = 64 * 2**20
 """The default bound of a store's memory of decoded messages (64 MiB)."""
 
 PER_CHAT = 4
 """Chains kept per chat (its most recently used branches)."""
-
-
-class Forgetful(Protocol):
-    """A memory of decoded chat content that can drop what it holds of some chats."""
-
-    def forget(self, *chat_ids: str) -> None: ...
-
-
-_MEMORIES: weakref.WeakSet[Any] = weakref.WeakSet()
-_MEMORIES_LOCK = threading.Lock()
-
-
-def register(memory: Forgetful) -> None:
-    """Make ``memory`` forget what `forget_everywhere` is told (held weakly)."""
-    with _MEMORIES_LOCK:
-        _MEMORIES.add(memory)
-
-
-def forget_everywhere(*chat_ids: str) -> None:
-    """Drop what every memory of this process holds of these chats: the chains and outlines
-    of every store, whatever its database. Called after a delete, a purge, a prune or an
-    erasure, so that no decoded copy of what they removed stays in the process (another
-    store of the same database, made with another URL or engine, included). A memory of an
-    unrelated database that held a chat of the same id only reads it again."""
-    if not chat_ids:
-        return
-    with _MEMORIES_LOCK:
-        memories = list(_MEMORIES)
-    for memory in memories:
-        memory.forget(*chat_ids)
 
 
 class Remembered(Protocol):
@@ -86,7 +55,6 @@ class ChainMemory:
         self._lock = threading.Lock()
         self.hits = 0
         """Chains handed to an engine (statistics for tests and benchmarks)."""
-        register(self)
 
     @property
     def size(self) -> int:

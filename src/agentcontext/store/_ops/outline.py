@@ -10,29 +10,23 @@ id, parent and type: a read and a walk that grow with the chat.
 The marks change from page to page (the selected message, the runs opened), the structure
 does not. So `Runs` holds the runs for no marks at all, the *structural* runs, and `Runs.outline`
 cuts them at the marks of one page: a page's cost grows with the runs and the marks, not with
-the messages. `OutlineMemory` keeps the `Runs` of the chats last shown, keyed by the chat's
-identity and version (every change to a chat's messages, branches or checkpoints moves its
-version), bounded in estimated bytes; the store fills it only with what is committed.
+the messages. The store's `OutlineMemory` (``store._memory``) keeps the `Runs` of the chats
+last shown, keyed by the chat's identity and version (every change to a chat's messages,
+branches or checkpoints moves its version).
 """
 
 from __future__ import annotations
 
-import threading
 from bisect import bisect_right
-from collections import OrderedDict
 from collections.abc import Collection, Iterable
 
 from agentcontext._shape import find_runs, kept_messages, run_folds
-from agentcontext.store._memory import register
 from agentcontext.store.records import Fold
 
-__all__ = ["OutlineMemory", "Runs"]
+__all__ = ["Runs"]
 
 _BYTES_PER_MESSAGE = 240
 """Estimated bytes a message costs in `Runs` (its id, a dictionary slot, a list slot)."""
-
-KEPT_CHATS = 8
-"""The most chats an `OutlineMemory` holds, whatever their size."""
 
 
 class Runs:
@@ -97,49 +91,3 @@ class Runs:
                 low = cut + 1
         folds.sort(key=lambda f: f.first_id)
         return shown, folds
-
-
-class OutlineMemory:
-    """The `Runs` of the chats last shown, by chat identity and version, bounded in
-    (estimated) bytes and in chats; safe to share between tasks and threads."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._held: OrderedDict[str, tuple[object, Runs]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = 0
-        """Outlines served from memory (statistics for tests and benchmarks)."""
-        register(self)
-
-    def recall(self, chat_id: str, key: object) -> Runs | None:
-        """The runs of the chat at ``key`` (its identity and version), or None."""
-        with self._lock:
-            held = self._held.get(chat_id)
-            if held is None or held[0] != key:
-                return None
-            self._held.move_to_end(chat_id)
-            self.hits += 1
-            return held[1]
-
-    def remember(self, chat_id: str, key: object, runs: Runs) -> None:
-        """Keep the runs of the chat at ``key`` (replacing older ones of the chat)."""
-        if runs.size > self.max_bytes:
-            return
-        with self._lock:
-            old = self._held.pop(chat_id, None)
-            if old is not None:
-                self._bytes -= old[1].size
-            self._held[chat_id] = (key, runs)
-            self._bytes += runs.size
-            while self._bytes > self.max_bytes or len(self._held) > KEPT_CHATS:
-                _, (_, dropped) = self._held.popitem(last=False)
-                self._bytes -= dropped.size
-
-    def forget(self, *chat_ids: str) -> None:
-        """Drop what is held for these chats."""
-        with self._lock:
-            for chat_id in chat_ids:
-                old = self._held.pop(chat_id, None)
-                if old is not None:
-                    self._bytes -= old[1].size
