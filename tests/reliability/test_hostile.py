@@ -1758,6 +1758,7 @@ STORE_BASELINES: dict[str, Baseline] = {
     },
     "consistency_token": lambda w: {"chat_id": SEED},
     "read_after": lambda w: {"chat_id": SEED, "token": "0/16B3748"},
+    "write_turn": lambda w: {"chat_id": SEED},
 }
 
 ENGINE_BASELINES: dict[str, Baseline] = {

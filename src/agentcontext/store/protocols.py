@@ -255,7 +255,7 @@ class TurnWriter(Protocol):
         process; `SqlContextStore` keeps its turns with the rest of its process state."""
         from agentcontext.store._memory import turns_of
 
-        return turns_of(self).lock(chat_id)
+        return turns_of(self).lock(v.check_id(chat_id, "chat_id"))
 
     @abc.abstractmethod
     async def update_chat(self, chat_id: str, updater: Callable[[Chat], ChatUpdate | None]) -> Chat:

@@ -172,7 +172,7 @@ class SqlContextStore(ContextStore):
         return self._memory.chains
 
     def write_turn(self, chat_id: str) -> asyncio.Lock:
-        return self._memory.turns.lock(chat_id)
+        return self._memory.turns.lock(v.check_id(chat_id, "chat_id"))
 
     @property
     def url(self) -> str:
@@ -326,7 +326,7 @@ class SqlContextStore(ContextStore):
 
     async def get_message(self, message_id: str) -> MessageRecord | None:
         v.check_id(message_id, "message_id")
-        return await self.db.run("read", unit(_messages.get, message_id))
+        return await self.db.run("read", unit(_messages.get, self._dialect, message_id))
 
     async def get_message_chain(
         self, head_id: str, *, after: str | None = None
@@ -345,7 +345,7 @@ class SqlContextStore(ContextStore):
         v.check_id(chat_id, "chat_id")
         v.check_int64(since_version, "since_version", minimum=0)
         return await self.db.run(
-            "read", unit(_messages.changes, chat_id, since_version), chat=chat_id
+            "read", unit(_messages.changes, self._dialect, chat_id, since_version), chat=chat_id
         )
 
     async def has_children(self, message_id: str) -> bool:
@@ -554,7 +554,9 @@ class SqlContextStore(ContextStore):
 
     async def get_graph(self, chat_id: str) -> Graph:
         v.check_id(chat_id, "chat_id")
-        return await self.db.run("snapshot", unit(_graph.graph, chat_id), chat=chat_id)
+        return await self.db.run(
+            "snapshot", unit(_graph.graph, self._dialect, chat_id), chat=chat_id
+        )
 
     async def graph_outline(
         self, chat_id: str, *, fold: int = 6, keep: Sequence[str] = (),
@@ -686,7 +688,9 @@ class SqlContextStore(ContextStore):
 
     async def export_chat(self, chat_id: str) -> ChatExport:
         v.check_id(chat_id, "chat_id")
-        return await self.db.run("snapshot", unit(_transfer.export_chat, chat_id), chat=chat_id)
+        return await self.db.run(
+            "snapshot", unit(_transfer.export_chat, self._dialect, chat_id), chat=chat_id
+        )
 
     async def import_chat(self, export: ChatExport) -> None:
         checked, records, held = _transfer.check_export(export)

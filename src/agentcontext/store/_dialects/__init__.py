@@ -17,9 +17,9 @@ from agentcontext.errors import InvalidInputError
 from agentcontext.store._dialects.base import (
     BEGIN_OPTION,
     AppendRefused,
-    AppendRow,
     Dialect,
     EngineOptions,
+    MessageRow,
     Mode,
     UnitLocks,
 )
@@ -29,7 +29,7 @@ from agentcontext.store._dialects.sqlite import SqliteDialect
 __all__ = [
     "BEGIN_OPTION",
     "AppendRefused",
-    "AppendRow",
+    "MessageRow",
     "Dialect",
     "EngineOptions",
     "Mode",

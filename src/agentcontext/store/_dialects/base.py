@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -25,12 +24,13 @@ from agentcontext._validate import loads
 from agentcontext.errors import ContextError, InvalidInputError
 from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
+from agentcontext.store._rows.codec import MessageRow
 from agentcontext.store._rows.decode import damaged_json
 
 __all__ = [
     "BEGIN_OPTION",
     "AppendRefused",
-    "AppendRow",
+    "MessageRow",
     "Dialect",
     "EngineOptions",
     "Mode",
@@ -50,22 +50,6 @@ BEGIN_OPTION = "agentcontext_begin"
 """Execution option telling the SQLite begin hook what to emit: ``"immediate"`` (a write
 transaction), ``"none"`` (statements autocommit) or absent (a plain deferred ``BEGIN``, which in
 WAL mode reads one consistent snapshot)."""
-
-
-@dataclass(frozen=True, slots=True)
-class AppendRow:
-    """One new message of an append, ready for the statement."""
-
-    id: str
-    chat_id: str
-    parent_id: str | None
-    name: str
-    type: str
-    data: str | None
-    """The JSON text of the message data."""
-    tokens: list[str]
-    """Its searchable tokens."""
-    created_at: datetime
 
 
 class EngineOptions(Protocol):
@@ -250,7 +234,7 @@ class Dialect(abc.ABC):
         self,
         conn: Connection,
         branch_id: str,
-        rows: Sequence[AppendRow],
+        rows: Sequence[MessageRow],
         *,
         first: bool,
         new_head: str,
@@ -274,8 +258,9 @@ class Dialect(abc.ABC):
     @abc.abstractmethod
     def message_upsert(self) -> Any:
         """The statement that inserts a message or updates it in place (same chat only),
-        returning ``(id, seq)``; its parameters are a message's columns plus what
-        `search_row_values` gives. Built once."""
+        returning ``(id, seq)``; its parameters are a message's columns, its data as JSON text
+        (``data_json``, see `message_upsert`), and what `search_row_values` gives. Built
+        once."""
 
     @abc.abstractmethod
     def search_row_values(self, tokens: list[str]) -> dict[str, Any]:
@@ -398,15 +383,15 @@ def candidate_columns(dialect: Dialect) -> list[Any]:
     ]
 
 
-def message_upsert(insert: Any, **search: Any) -> Any:
+def message_upsert(insert: Any, data: Any, **search: Any) -> Any:
     """The message upsert of every dialect: insert a message, or update it in place when it
-    exists in the same chat (a message of another chat is left alone, and not returned);
-    ``search`` adds the dialect's search-index columns (name: bound expression). Returns
-    ``(id, seq)`` of each row written."""
+    exists in the same chat (a message of another chat is left alone, and not returned).
+    ``data`` is the bound expression of the data column, given its JSON text as
+    ``data_json`` (`MessageRow.data`); ``search`` adds the dialect's search-index columns
+    (name: bound expression). Returns ``(id, seq)`` of each row written."""
+    insert = insert.values(data=data, **search)
     changed = {name: insert.excluded[name] for name in ("name", "type", "data", "version")}
-    if search:
-        insert = insert.values(**search)
-        changed.update({name: insert.excluded[name] for name in search})
+    changed.update({name: insert.excluded[name] for name in search})
     return insert.on_conflict_do_update(
         index_elements=[M.c.id], set_=changed, where=M.c.chat_id == insert.excluded.chat_id
     ).returning(M.c.id, M.c.seq)

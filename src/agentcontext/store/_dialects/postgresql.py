@@ -26,7 +26,9 @@ from sqlalchemy import (
     Select,
     String,
     Table,
+    Text,
     bindparam,
+    cast,
     func,
     literal,
     select,
@@ -43,9 +45,9 @@ from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects.base import (
     AppendRefused,
-    AppendRow,
     Dialect,
     EngineOptions,
+    MessageRow,
     Mode,
     candidate_columns,
     message_upsert,
@@ -239,7 +241,7 @@ class PostgresDialect(Dialect):
         self,
         conn: Connection,
         branch_id: str,
-        rows: Sequence[AppendRow],
+        rows: Sequence[MessageRow],
         *,
         first: bool,
         new_head: str,
@@ -277,6 +279,7 @@ class PostgresDialect(Dialect):
     def message_upsert(self) -> Any:
         return message_upsert(
             self.insert(M),
+            cast(bindparam("data_json", type_=Text), postgresql.JSON),
             search_hashes=bindparam("hashes", type_=_INT4_ARRAY),
         )
 

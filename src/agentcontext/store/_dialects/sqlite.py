@@ -57,9 +57,9 @@ from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects.base import (
     BEGIN_OPTION,
     AppendRefused,
-    AppendRow,
     Dialect,
     EngineOptions,
+    MessageRow,
     Mode,
     UnitLocks,
     candidate_columns,
@@ -68,6 +68,7 @@ from agentcontext.store._dialects.base import (
 from agentcontext.store._dialects.base import (
     message_upsert as _message_upsert,
 )
+from agentcontext.store._rows.codec import data_of
 from agentcontext.store._rows.decode import damaged_time
 from agentcontext.store._rows.text import index_tokens
 
@@ -355,7 +356,7 @@ class SqliteDialect(Dialect):
         self,
         conn: Connection,
         branch_id: str,
-        rows: Sequence[AppendRow],
+        rows: Sequence[MessageRow],
         *,
         first: bool,
         new_head: str,
@@ -387,7 +388,7 @@ class SqliteDialect(Dialect):
         return None if versions is None else int(versions[-1][0])
 
     def message_upsert(self) -> Any:
-        return _message_upsert(self.insert(M))
+        return _message_upsert(self.insert(M), bindparam("data_json", type_=Text))
 
     def search_row_values(self, tokens: list[str]) -> dict[str, Any]:
         return {}  # the FTS5 table is kept by index_rows / unindex_rows
@@ -477,14 +478,16 @@ class SqliteDialect(Dialect):
         last = -1
         while True:
             rows = conn.execute(
-                select(M.c.seq, M.c.data)
+                select(M.c.seq, self.raw_json(M.c.data))
                 .where(M.c.chat_id == chat_id, M.c.seq > last)
                 .order_by(M.c.seq)
                 .limit(2000)
             ).all()
             if not rows:
                 return
-            self.unindex_rows(conn, [(int(seq), index_tokens(data)) for seq, data in rows])
+            self.unindex_rows(
+                conn, [(int(seq), index_tokens(data_of(self, raw))) for seq, raw in rows]
+            )
             last = rows[-1][0]
 
 

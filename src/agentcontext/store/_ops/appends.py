@@ -12,16 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from agentcontext import _validate as v
 from agentcontext._gc import gc_paused
 from agentcontext.errors import InvalidGraphError, InvalidInputError
 from agentcontext.store._db.database import Database, unit
-from agentcontext.store._dialects import AppendRefused, AppendRow, Dialect
+from agentcontext.store._dialects import AppendRefused, Dialect
 from agentcontext.store._ops import branches as _branches
-from agentcontext.store._rows import text as _text
+from agentcontext.store._rows.codec import message_rows
 from agentcontext.store.records import AppendResult, MessageRecord
 
-__all__ = ["append", "check", "is_plain", "rows_of"]
+__all__ = ["append", "check", "is_plain"]
 
 
 def check(records: list[MessageRecord], what: str) -> list[MessageRecord]:
@@ -50,23 +49,6 @@ def is_plain(
             return False
         parent = record.id
     return True
-
-
-def rows_of(records: list[MessageRecord]) -> list[AppendRow]:
-    """The rows of a single-statement append: JSON text and search tokens computed once."""
-    return [
-        AppendRow(
-            id=r.id,
-            chat_id=r.chat_id,
-            parent_id=r.parent_id,
-            name=r.name,
-            type=r.type,
-            data=None if r.data is None else v.dumps(r.data),
-            tokens=_text.index_tokens(r.data),
-            created_at=r.created_at,
-        )
-        for r in records
-    ]
 
 
 async def append(
@@ -107,7 +89,7 @@ async def _fast(
 ) -> AppendResult | None:
     """The single-statement append; None when the general path must decide."""
     with gc_paused():  # a burst of new objects, none of them garbage
-        rows = rows_of(records)
+        rows = message_rows(records)
     try:
         return await db.run(
             "atomic" if len(rows) <= dialect.append_chunk else "write",

@@ -32,7 +32,7 @@ from agentcontext.store._db.database import Database, unit
 from agentcontext.store._db.schema import branches as B
 from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
-from agentcontext.store._dialects import AppendRow, Dialect
+from agentcontext.store._dialects import Dialect, MessageRow
 from agentcontext.store._ops import chats as _chats
 from agentcontext.store._ops import messages as _messages
 from agentcontext.store._ops.messages import ExistingMessages
@@ -393,7 +393,7 @@ def append_rows(
     conn: Connection,
     dialect: Dialect,
     branch_id: str,
-    rows: Sequence[AppendRow],
+    rows: Sequence[MessageRow],
     head: str,
     report_version: bool = True,
 ) -> AppendResult:

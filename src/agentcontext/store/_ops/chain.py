@@ -28,7 +28,7 @@ from agentcontext.errors import InvalidGraphError
 from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects import Dialect
-from agentcontext.store._rows import decode as _rows
+from agentcontext.store._rows.codec import json_of, record_of
 from agentcontext.store.records import ChainRows, MessageRecord
 
 __all__ = ["active_records", "head_info", "load_records", "load_rows"]
@@ -197,10 +197,9 @@ def load_records(
             return []
         stop = _stop_depth(conn, chat_id, head_id, head_depth, after)
     picked = _pick(conn, dialect, "records", chat_id, head_id, head_depth, chat_size, stop, after)
-    make, decode_json, decode_time = _rows.message_of, dialect.decode_json, dialect.decode_time
     with gc_paused():
         return [
-            make(row[0], row[1], row[6], row[2], row[3], decode_json(row[4]), decode_time(row[5]))
+            record_of(dialect, row[0], row[1], row[6], row[2], row[3], row[4], row[5])
             for row in picked
         ]
 
@@ -259,7 +258,7 @@ def load_rows(
 def _chain_rows(picked: list[Any], **summary: Any) -> ChainRows:
     return ChainRows(
         ids=[row[0] for row in picked],
-        data=[row[1] for row in picked],
+        data=json_of([row[1] for row in picked]),
         parent_ids=[row[2] for row in picked],
         **summary,
     )
@@ -274,7 +273,7 @@ def _compacted(
     ).all()
     for summary_id, data, through, depth in candidates:
         through_depth = int(depth) - 1
-        summary = {"summary_id": summary_id, "summary": data, "base_id": through}
+        summary = {"summary_id": summary_id, "summary": json_of([data])[0], "base_id": through}
         if through_depth == head_depth:
             if through == head_id:
                 return _chain_rows([], **summary)

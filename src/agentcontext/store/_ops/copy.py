@@ -20,7 +20,6 @@ from agentcontext.store._dialects import Dialect
 from agentcontext.store._ops import chain as _chain
 from agentcontext.store._ops import chats as _chats
 from agentcontext.store._ops import transfer as _transfer
-from agentcontext.store._ops.messages import MESSAGE_COLS
 from agentcontext.store._rows.checks import new_id
 from agentcontext.store.records import (
     Branch,
@@ -51,7 +50,7 @@ def copy_chat(
         raise ChatExistsError(
             f"chat {new_chat_id!r} already exists; copy to a new id or delete that chat first"
         )
-    export = _transfer.export_chat(conn, source_id)
+    export = _transfer.export_chat(conn, dialect, source_id)
     now = utcnow()
     if up_to is not None:
         messages = _chain_to(conn, dialect, source_id, up_to, export.messages)
@@ -150,7 +149,7 @@ def _chain_to(
     messages: list[MessageRecord],
 ) -> list[MessageRecord]:
     """The chain ending at ``up_to`` with the compactions folded on it."""
-    row = conn.execute(select(*MESSAGE_COLS).where(M.c.id == up_to)).first()
+    row = conn.execute(select(M.c.id).where(M.c.id == up_to)).first()
     if row is None:
         raise _chats.missing_message_error(conn, chat_id, up_to)
     chain = _chain.load_records(conn, dialect, up_to)

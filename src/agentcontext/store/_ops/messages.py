@@ -23,12 +23,11 @@ from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._ops.chats import touch as touch_chat
-from agentcontext.store._rows import decode as _rows
 from agentcontext.store._rows import text as _text
+from agentcontext.store._rows.codec import data_of, message_columns, message_rows, row_record
 from agentcontext.store.records import MessageRecord
 
 __all__ = [
-    "MESSAGE_COLS",
     "ExistingMessages",
     "changes",
     "fetch_nodes",
@@ -42,7 +41,6 @@ __all__ = [
 IN_CHUNK = 2000
 """Ids per ``IN (...)`` lookup (well under every backend's bound-parameter limit)."""
 
-MESSAGE_COLS = (M.c.id, M.c.chat_id, M.c.parent_id, M.c.name, M.c.type, M.c.data, M.c.created_at)
 
 _UPSERTS: dict[str, Any] = {}
 
@@ -56,19 +54,35 @@ class ExistingMessages(Exception):
 
 
 def fetch_nodes(conn: Connection, ids: Iterable[str]) -> dict[str, Any]:
-    """``(id, chat_id, parent_id, depth, created_at, seq, data)`` of the stored messages among
+    """``(id, chat_id, parent_id, depth, created_at, seq)`` of the stored messages among
     ``ids``."""
     found: dict[str, Any] = {}
     pending = list(ids)
     for start in range(0, len(pending), IN_CHUNK):
         chunk = pending[start : start + IN_CHUNK]
         rows = conn.execute(
-            select(
-                M.c.id, M.c.chat_id, M.c.parent_id, M.c.depth, M.c.created_at, M.c.seq, M.c.data
-            ).where(M.c.id.in_(chunk))
+            select(M.c.id, M.c.chat_id, M.c.parent_id, M.c.depth, M.c.created_at, M.c.seq).where(
+                M.c.id.in_(chunk)
+            )
         )
         for row in rows:
             found[row[0]] = row
+    return found
+
+
+def stored_tokens(
+    conn: Connection, dialect: Dialect, seqs: list[int]
+) -> list[tuple[int, list[str]]]:
+    """``(seq, search tokens)`` of stored messages, read from their rows (what the search
+    index holds for them, to take it out again)."""
+    found: list[tuple[int, list[str]]] = []
+    for start in range(0, len(seqs), IN_CHUNK):
+        rows = conn.execute(
+            select(M.c.seq, dialect.raw_json(M.c.data)).where(
+                M.c.seq.in_(seqs[start : start + IN_CHUNK])
+            )
+        )
+        found += [(int(seq), _text.index_tokens(data_of(dialect, raw))) for seq, raw in rows]
     return found
 
 
@@ -110,7 +124,7 @@ def write(
     stored: list[MessageRecord] = []
     new_tokens: dict[str, list[str]] = {}
     old_entries: list[tuple[int, list[str]]] = []
-    for record in records:
+    for record, prepared in zip(records, message_rows(records), strict=True):
         old = existing.get(record.id) if record.id in batch_ids else None
         if old is not None:
             if old[1] != record.chat_id:
@@ -119,7 +133,7 @@ def write(
                     f"{record.chat_id!r}; message ids are global, pick a new id"
                 )
             parent_id, row_depth, created_at = old[2], old[3], old[4]
-            old_entries.append((int(old[5]), _text.index_tokens(old[6])))
+            old_entries.append((int(old[5]), []))
         else:
             parent_id, created_at = record.parent_id, record.created_at
             row_depth = (
@@ -129,7 +143,7 @@ def write(
             )
         depth[record.id] = row_depth
         chat_of[record.id] = record.chat_id
-        new_tokens[record.id] = _text.index_tokens(record.data)
+        new_tokens[record.id] = prepared.tokens
         rows.append(
             {
                 "id": record.id,
@@ -138,7 +152,7 @@ def write(
                 "depth": row_depth,
                 "name": record.name,
                 "type": record.type,
-                "data": record.data,
+                "data_json": prepared.data,
                 "created_at": created_at,
                 "version": versions[record.chat_id],
             }
@@ -148,6 +162,8 @@ def write(
             if old is None
             else record.model_copy(update={"parent_id": parent_id, "created_at": created_at})
         )
+    if old_entries:
+        old_entries = stored_tokens(conn, dialect, [seq for seq, _ in old_entries])
     for row in rows:
         row.update(dialect.search_row_values(new_tokens[row["id"]]))
     written = conn.execute(_upsert(dialect), rows).all()
@@ -198,21 +214,23 @@ def _child_depth(
     return int(parent_depth) + 1
 
 
-def get(conn: Connection, message_id: str) -> MessageRecord | None:
+def get(conn: Connection, dialect: Dialect, message_id: str) -> MessageRecord | None:
     """The message, or None."""
-    row = conn.execute(select(*MESSAGE_COLS).where(M.c.id == message_id)).first()
-    return None if row is None else _rows.message(row)
+    row = conn.execute(select(*message_columns(dialect, M)).where(M.c.id == message_id)).first()
+    return None if row is None else row_record(dialect, row)
 
 
-def changes(conn: Connection, chat_id: str, since_version: int) -> list[MessageRecord]:
+def changes(
+    conn: Connection, dialect: Dialect, chat_id: str, since_version: int
+) -> list[MessageRecord]:
     """Messages of the chat written (inserted or updated) after ``since_version``, in
     insertion order."""
     rows = conn.execute(
-        select(*MESSAGE_COLS)
+        select(*message_columns(dialect, M))
         .where(M.c.chat_id == chat_id, M.c.version > cast(since_version, BigInteger))
         .order_by(M.c.seq)
     )
-    return [_rows.message(row) for row in rows]
+    return [row_record(dialect, row) for row in rows]
 
 
 def has_children(conn: Connection, message_id: str) -> bool:

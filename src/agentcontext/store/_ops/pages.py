@@ -29,6 +29,7 @@ from agentcontext.store._ops import checkpoints as _checkpoints
 from agentcontext.store._ops.outline import Runs
 from agentcontext.store._rows import decode as _rows
 from agentcontext.store._rows import text as _text
+from agentcontext.store._rows.codec import checked_data, row_record
 from agentcontext.store.records import ChainPage, GraphNode, GraphOutline
 
 __all__ = ["chain_page", "graph_outline"]
@@ -79,13 +80,7 @@ def chain_page(
     rows = conn.execute(
         _statement(dialect), {"end_id": end_id, "chat_id": chat_id, "limit": limit}
     ).all()
-    decode_json, decode_time = dialect.decode_json, dialect.decode_time
-    records = [
-        _rows.message_of(
-            row[0], row[1], row[2], row[3], row[4], decode_json(row[5]), decode_time(row[6])
-        )
-        for row in rows
-    ]
+    records = [row_record(dialect, row) for row in rows]
     depths = [int(row[7]) for row in rows]
     return _rows.build(
         ChainPage,
@@ -138,7 +133,7 @@ def graph_outline(
         dialect.raw_json(M.c.data),
         dialect.raw_time(M.c.created_at),
     )
-    decode_json, decode_time = dialect.decode_json, dialect.decode_time
+    decode_time = dialect.decode_time
     nodes: list[GraphNode] = []
     unique = list(dict.fromkeys(shown))
     for start in range(0, len(unique), _BATCH):
@@ -146,9 +141,7 @@ def graph_outline(
         for node_id, parent_id, name, kind, raw, created_at in conn.execute(
             columns.where(M.c.id.in_(batch))
         ):
-            data = decode_json(raw)
-            if isinstance(data, _rows.Damaged):
-                raise _rows.corrupt("messages", node_id, chat_id, data.reason, what="message")
+            data = checked_data(dialect, raw, chat_id, node_id)
             nodes.append(
                 _rows.build(
                     GraphNode,

@@ -32,8 +32,7 @@ from agentcontext.store._db.schema import snapshots as SN
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._ops import branches as _branches
 from agentcontext.store._ops import chats as _chats
-from agentcontext.store._ops.messages import IN_CHUNK
-from agentcontext.store._rows.text import index_tokens
+from agentcontext.store._ops.messages import IN_CHUNK, stored_tokens
 from agentcontext.store.records import ErasureReport, PruneReport, PurgeReport, utcnow
 
 __all__ = ["TABLES", "check_cutoff", "delete_chats", "drop_blobs", "erase_user", "prune", "purge"]
@@ -277,6 +276,6 @@ def _delete_messages(conn: Connection, dialect: Dialect, gone: Sequence[str]) ->
     """Delete messages (deepest first, so no parent goes before its children) with their
     search entries."""
     for chunk in _chunks(gone):
-        rows = conn.execute(select(M.c.seq, M.c.data).where(M.c.id.in_(chunk))).all()
-        dialect.unindex_rows(conn, [(int(seq), index_tokens(data)) for seq, data in rows])
+        seqs = conn.execute(select(M.c.seq).where(M.c.id.in_(chunk))).scalars().all()
+        dialect.unindex_rows(conn, stored_tokens(conn, dialect, [int(seq) for seq in seqs]))
         conn.execute(delete(M).where(M.c.id.in_(chunk)))

@@ -22,6 +22,7 @@ from agentcontext.store._ops import chats as _chats
 from agentcontext.store._rows import decode as _rows
 from agentcontext.store._rows import text as _text
 from agentcontext.store._rows import tokenizer as _tokenizer
+from agentcontext.store._rows.codec import checked_data
 from agentcontext.store.records import SearchResult
 
 __all__ = ["run", "search", "window"]
@@ -69,9 +70,7 @@ def search(
     while len(matches) < size:
         rows = conn.execute(statement, {**params, "before_seq": before}).all()
         for row in rows:
-            data = dialect.decode_json(row[6])
-            if isinstance(data, _rows.Damaged):
-                raise _rows.corrupt("messages", row[1], row[2], data.reason, what="message")
+            data = checked_data(dialect, row[6], row[2], row[1])
             searchable = _text.indexed_text(data) if data is not None else ""
             tokens = _tokenizer.tokens(searchable)
             if dialect.exact_candidates or wanted.issubset(tokens):

@@ -27,18 +27,21 @@ from agentcontext.store._ops import messages as _messages
 from agentcontext.store._ops import snapshots as _snapshots
 from agentcontext.store._rows import decode as _rows
 from agentcontext.store._rows.checks import check_records
+from agentcontext.store._rows.codec import message_columns, row_record
 from agentcontext.store.records import Branch, ChatExport, ExportedBlob, MessageRecord
 
 __all__ = ["check_export", "export_chat", "import_chat", "parents_first"]
 
 
-def export_chat(conn: Connection, chat_id: str) -> ChatExport:
+def export_chat(conn: Connection, dialect: Dialect, chat_id: str) -> ChatExport:
     """Everything of a chat (read in one snapshot transaction)."""
     chat = _chats.get(conn, chat_id)
     if chat is None:
         raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
     messages = conn.execute(
-        select(*_messages.MESSAGE_COLS).where(M.c.chat_id == chat_id).order_by(M.c.depth, M.c.seq)
+        select(*message_columns(dialect, M))
+        .where(M.c.chat_id == chat_id)
+        .order_by(M.c.depth, M.c.seq)
     ).all()
     branches = _branches.list_infos(conn, chat_id)
     checkpoints = _checkpoints.list_all(conn, chat_id)
@@ -49,7 +52,7 @@ def export_chat(conn: Connection, chat_id: str) -> ChatExport:
             blobs.setdefault(digest, ExportedBlob.of(digest, media_type, data))
     return ChatExport(
         chat=chat,
-        messages=[_rows.message(r) for r in messages],
+        messages=[row_record(dialect, r) for r in messages],
         branches=[_rows.build(Branch, b.model_dump(exclude={"message_count"})) for b in branches],
         checkpoints=checkpoints,
         snapshots=snapshots,
