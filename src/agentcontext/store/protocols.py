@@ -33,6 +33,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, cast, runtime_checkable
 
 from agentcontext import _validate as v
+from agentcontext._shape import DEFAULT_FOLD
 from agentcontext._validate import dumps
 from agentcontext.errors import ChatNotFoundError, InvalidGraphError, InvalidInputError
 from agentcontext.store.records import (
@@ -610,7 +611,7 @@ class Pages(Protocol):
         self,
         chat_id: str,
         *,
-        fold: int = 6,
+        fold: int = DEFAULT_FOLD,
         keep: Sequence[str] = (),
         opened: Sequence[str] = (),
     ) -> GraphOutline:

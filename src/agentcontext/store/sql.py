@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentcontext import _telemetry as telemetry
 from agentcontext import _validate as v
+from agentcontext._shape import DEFAULT_FOLD
 from agentcontext.errors import InvalidGraphError, InvalidInputError, InvalidTypeError
 from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store._db import migrate as _migrate
@@ -559,7 +560,7 @@ class SqlContextStore(ContextStore):
         )
 
     async def graph_outline(
-        self, chat_id: str, *, fold: int = 6, keep: Sequence[str] = (),
+        self, chat_id: str, *, fold: int = DEFAULT_FOLD, keep: Sequence[str] = (),
         opened: Sequence[str] = (),
     ) -> GraphOutline:  # fmt: skip
         v.check_id(chat_id, "chat_id")
