@@ -33,9 +33,9 @@ from sqlalchemy.dialects import postgresql
 
 from agentcontext._validate import loads
 from agentcontext.store._db.schema import SEARCH_HASHES_INDEX
-from agentcontext.store._dialects.postgresql import hashes_text
 from agentcontext.store._rows.signatures import signature
 from agentcontext.store._rows.text import index_tokens
+from agentcontext.store._rows.tokenizer import token_hashes
 
 revision: str = "0008"
 down_revision: str | None = "0007"
@@ -60,6 +60,13 @@ WHERE m.seq = h.seq
 SET_SIGNATURE = (
     "UPDATE messages SET search_sig = CAST(CAST(:sig AS TEXT) AS BIT VARYING) WHERE seq = :seq"
 )
+
+
+def hashes_text(tokens: list[str]) -> str | None:
+    """The token hashes of this revision (CRC-32 of each token, a signed ``int4``) as the
+    text of an ``int4[]`` (None for no token)."""
+    hashes = token_hashes(tokens)
+    return "{" + repr(hashes)[1:-1] + "}" if hashes else None
 
 
 def _rows(connection: sa.Connection) -> Iterator[list[tuple[int, list[str]]]]:

@@ -186,15 +186,21 @@ async def test_delete_chat_removes_everything(store: SqlContextStore) -> None:
     assert await store.search_user_messages("u1", "message") != []
     assert all(r.chat_id == "keep" for r in await store.search_user_messages("u1", "message"))
     assert await store.delete_chat("c1") is False
-    # The index rows are gone too.
+    # The index entries are gone too: none under the deleted chat's terms, the kept chat's two
+    # under the user's.
     if store.dialect_name == "sqlite":
         from sqlalchemy import text
 
+        from agentcontext.store._dialects.sqlite import SqliteDialect
+        from agentcontext.store._rows.terms import query_terms
+
+        match = text("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH :q")
+        counts = {}
         async with store.engine.connect() as conn:
-            count = await conn.scalar(
-                text("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'message'")
-            )
-        assert count == 2
+            for kind, scope in (("user", "u1"), ("chat", "c1"), ("chat", "keep")):
+                q = SqliteDialect().search_params(*query_terms(["message"], kind, scope))
+                counts[scope] = await conn.scalar(match, {"q": q["search_query"]})
+        assert counts == {"u1": 2, "c1": 0, "keep": 2}
 
 
 async def test_delete_chat_honours_the_user_guard(store: SqlContextStore) -> None:

@@ -175,6 +175,44 @@ async def test_updates_and_deletes_keep_the_index_in_step(store: SqlContextStore
     assert await store.search_messages("c", "replacement") == []
 
 
+async def test_a_search_finds_its_scope_only(store: SqlContextStore) -> None:
+    """Terms are scoped: the same word in another chat (of the same user, or of another) is
+    not a candidate of this chat's search, nor of another user's."""
+    for chat, user in (("a", "u1"), ("b", "u1"), ("c", "u2")):
+        await store.create_chat(chat, user_id=user)
+        await store.add_message(rec(f"{chat}-m", chat, None, "zebracorn grazing"))
+    for chat in ("a", "b", "c"):
+        assert [r.message.id for r in await store.search_messages(chat, "zebracorn")] == [
+            f"{chat}-m"
+        ]
+    found = await store.search_user_messages("u1", "zebracorn")
+    assert sorted(r.message.id for r in found) == ["a-m", "b-m"]
+    assert [r.message.id for r in await store.search_user_messages("u2", "grazing")] == ["c-m"]
+
+
+async def test_terms_follow_a_chat_created_again_for_another_user(store: SqlContextStore) -> None:
+    """A save computes its user-scope terms for the owner it knows of the chat; when the chat
+    was deleted and created again for another user meanwhile (by another process: the store
+    still holds the old owner), the write is refused and made again for the new owner."""
+    from agentcontext import ContextEngine, user
+
+    first = ContextEngine(store=store, chat_id="c", user_id="old")
+    first.set(user("zebracorn one", id="m1"))
+    await first.save()
+    assert await store.delete_chat("c")
+    await store.create_chat("c", user_id="new")
+    store._memory.owners.note("c", "old")  # what another process's deletion leaves behind
+    branch = await store.get_active_branch("c")
+    assert branch is not None
+    done = await store.append_turn(
+        branch.id, [rec("m2", "c", None, "zebracorn two")], expected_head=None
+    )
+    assert done.ok
+    assert [r.message.id for r in await store.search_user_messages("new", "zebracorn")] == ["m2"]
+    assert await store.search_user_messages("old", "zebracorn") == []
+    assert store._memory.owners.get("c") is None or store._memory.owners.get("c") == "new"
+
+
 @pytest.fixture
 def sync_store(store_url: str) -> Iterator[tuple[asyncio.Runner, SqlContextStore]]:
     runner = asyncio.Runner()

@@ -1,5 +1,7 @@
-"""PostgreSQL search through token hashes: the hash is a stable part of the on-disk format, the
-GIN index serves the candidate query, and revision 0008 fills and removes the hashes."""
+"""PostgreSQL search through scoped search terms: the terms are a stable part of the on-disk
+format, each token's terms differ from scope to scope, the GIN index serves the candidate query
+whatever the planner would guess, and revisions 0008 and 0010 fill the column (0008's CRC-32
+token hashes, kept for its downgrade, are pinned too)."""
 
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ from sqlalchemy import Connection, column, select, table, text
 from agentcontext.store import MessageRecord, SqlContextStore
 from agentcontext.store._db import migrate as _migrate
 from agentcontext.store._db.schema import SEARCH_HASHES_INDEX
-from agentcontext.store._dialects.postgresql import PostgresDialect, hashes_text
+from agentcontext.store._dialects.postgresql import PostgresDialect, int4_terms, terms_text
 from agentcontext.store._rows import text as _text
 from agentcontext.store._rows import tokenizer as _tokenizer
+from agentcontext.store._rows.terms import mask, message_terms, query_terms, token_hashes
 from tests.conftest import fresh_pg_database, require_postgres
 
 INT4 = range(-(2**31), 2**31)
@@ -59,12 +62,44 @@ def test_token_hashes_are_distinct_ascending_and_in_int4(tokens: list[str]) -> N
     assert hashes == sorted({_tokenizer.token_hash(token) for token in tokens})
     assert all(value in INT4 for value in hashes)
     assert _tokenizer.token_hashes(list(reversed(tokens)) + tokens) == hashes
-    literal = hashes_text(tokens)
+
+
+@given(st.lists(TOKENS, max_size=30), st.text(min_size=1, max_size=8), st.text(min_size=1))
+def test_a_message_is_indexed_under_its_chat_and_its_user(
+    tokens: list[str], chat_id: str, user_id: str
+) -> None:
+    """Each distinct token gives one term under the chat's mask and one under the user's; a
+    query of the chat (or of the user) looks for exactly those, in int4."""
+    terms = int4_terms(message_terms(tokens, chat_id, user_id))
+    distinct = len(set(tokens))
+    assert len(terms) == 2 * distinct
+    assert all(value in INT4 for value in terms)
+    dialect = PostgresDialect()
+    for kind, scope in (("chat", chat_id), ("user", user_id)):
+        wanted = dialect.search_params(*query_terms(tokens, kind, scope))["query_hashes"]
+        assert set(wanted) <= set(terms)
+        assert len(set(wanted)) <= distinct
+    literal = terms_text(message_terms(tokens, chat_id, user_id))
     if tokens:
         assert literal is not None
-        assert [int(part) for part in literal.strip("{}").split(",")] == hashes
+        assert [int(part) for part in literal.strip("{}").split(",")] == terms
     else:
         assert literal is None
+
+
+def test_a_token_has_other_terms_in_other_scopes() -> None:
+    words = [f"word{i}" for i in range(500)]
+    a = set(int4_terms(message_terms(words, "chat-a", "user-1")))
+    b = set(int4_terms(message_terms(words, "chat-b", "user-2")))
+    assert not a & b  # 2 000 int4 values: a collision would be a 1-in-a-thousand event
+    assert mask("chat", "x") != mask("user", "x")
+
+
+def test_the_terms_are_fixed_across_releases() -> None:
+    # The on-disk format: these values are stored in databases and must never change.
+    assert token_hashes(["zebracorn"]) == [0x714E56C15A20E3B4]
+    assert mask("chat", "c1") == 0x52C4D5FE32ECBC8E
+    assert int4_terms(message_terms(["zebracorn"], "c1", "u1")) == [1262935045, 1797485571]
 
 
 def test_the_hash_is_fixed_across_processes_and_releases() -> None:
@@ -96,22 +131,24 @@ def _record(i: int, words: str) -> MessageRecord:
     )
 
 
-def _plan(conn: Connection) -> str:
+def _plan(conn: Connection, word: str = "zebracorn", scope: str = "chat") -> str:
     dialect = PostgresDialect()
-    statement = dialect.search_candidates("chat", False)
+    statement = dialect.search_candidates(scope, False)  # type: ignore[arg-type]
     compiled = statement.compile(dialect=conn.dialect)
     params = compiled.construct_params(
         {
-            "scope_id": "big",
+            "scope_id": "big" if scope == "chat" else "u",
             "search_limit": 200,
             "before_seq": 2**62,
-            **dialect.search_params(["zebracorn"]),
+            **dialect.search_params(*query_terms([word], scope, "big" if scope == "chat" else "u")),
         }
     )
     assert compiled.positiontup is not None
     explain = "EXPLAIN " + compiled.string
-    rows = conn.exec_driver_sql(explain, tuple(params[name] for name in compiled.positiontup))
-    return "\n".join(row[0] for row in rows)
+    with conn.begin():
+        dialect.prepare_search(conn)  # as a search runs it: in its own transaction
+        rows = conn.exec_driver_sql(explain, tuple(params[name] for name in compiled.positiontup))
+        return "\n".join(row[0] for row in rows)
 
 
 @pytest.fixture
@@ -156,8 +193,12 @@ async def test_the_candidate_query_reads_the_gin_index(pg_url: str) -> None:
             await store.add_messages(records[start : start + 5000])
         async with store.engine.connect() as conn:
             await conn.execute(text("ANALYZE messages"))
-            plan = await conn.run_sync(_plan)
-        assert SEARCH_HASHES_INDEX in plan, plan
+            await conn.commit()
+            for word in ("zebracorn", "the"):  # rare or common: the scope's GIN entries
+                for scope in ("chat", "user"):
+                    plan = await conn.run_sync(_plan, word, scope)
+                    assert SEARCH_HASHES_INDEX in plan, plan
+                    assert "Index Scan Backward" not in plan, plan
         found = await store.search_messages("big", "zebracorn", limit=100)
         assert sorted(r.message.id for r in found) == sorted(
             f"m{i}" for i in range(0, 20_000, 1000)
@@ -172,7 +213,7 @@ def _stored(conn: Connection, name: str) -> dict[str, Any]:
     return {row[0]: row[1] for row in rows}
 
 
-async def test_revision_0008_fills_the_hashes_and_its_downgrade_the_signatures(
+async def test_revisions_0008_and_0010_fill_the_terms_and_their_downgrades_the_signatures(
     pg_url: str,
 ) -> None:
     texts = ["alpha beta", "", "Gamma, DELTA! café", "beta beta alpha", "日本語 text"]
@@ -191,7 +232,8 @@ async def test_revision_0008_fills_the_hashes_and_its_downgrade_the_signatures(
         async with engine.connect() as conn:
             hashes = await conn.run_sync(_stored, "search_hashes")
         expected = {
-            f"m{i}": _tokenizer.token_hashes(_text.index_tokens(_record(i, t).data)) or None
+            f"m{i}": int4_terms(message_terms(_text.index_tokens(_record(i, t).data), "big", "u"))
+            or None
             for i, t in enumerate(texts)
         }
         assert hashes == expected

@@ -1,6 +1,6 @@
 """The write rules of a save exist in three forms, for speed: the Python path
 (``_messages.write`` under ``_branches.append``, a write transaction), SQLite's INSTEAD OF
-trigger (migration 0003) and PostgreSQL's single statement (``_dialects.postgresql``). They
+trigger (migration 0010) and PostgreSQL's single statement (``_dialects.postgresql``). They
 must write identical rows: messages (parent, depth, version, name, type, data), the chat's
 counts and version, the branch head and its depth, and the search entries.
 
@@ -25,9 +25,12 @@ from agentcontext.store._db.database import unit
 from agentcontext.store._db.schema import branches as B
 from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
+from agentcontext.store._dialects.postgresql import int4_terms
 from agentcontext.store._dialects.sqlite import APPEND_TRIGGER, APPEND_VIEW
 from agentcontext.store._ops import appends as _appends
 from agentcontext.store._ops import branches as _branches
+from agentcontext.store._rows.terms import message_terms
+from agentcontext.store._rows.text import index_tokens
 
 EXAMPLES = itertools.count()
 WORDS = st.sampled_from(["fox", "den", "Éclair", "naïve", "東京", "3.14", "a_b", "user@x.io"])
@@ -71,12 +74,19 @@ async def picture(store: SqlContextStore, chat: str, words: set[str]) -> dict[st
         word: sorted(r.message.id for r in await store.search_messages(chat, word, limit=100))
         for word in sorted(words)
     }
+    messages = [list(row) for row in rows]
+    if store.dialect_name == "postgresql":
+        # Each chat's terms are its own (scoped to it): what is compared is that both forms
+        # store exactly the terms the one conversion makes for the row in its chat.
+        for row in messages:
+            expected = int4_terms(message_terms(index_tokens(row[6]), chat, "u")) or None
+            row[7] = row[7] == expected
     return strip(
         chat,
         {
             "chat": list(chat_row),
             "branch": list(branch_row),
-            "messages": [list(row) for row in rows],
+            "messages": messages,
             "search": hits,
         },
     )

@@ -442,8 +442,8 @@ class SqlContextStore(ContextStore):
         if all(r.id != head for r in records):
             raise InvalidInputError(f"new_head {head!r} is not one of the messages written")
         return await _appends.append(
-            self.db, self._dialect, branch_id, records, expected=expected_head, head=head,
-            allowed=allowed,
+            self.db, self._dialect, self._memory.owners, branch_id, records,
+            expected=expected_head, head=head, allowed=allowed,
         )  # fmt: skip
 
     async def append_turn(
@@ -458,8 +458,8 @@ class SqlContextStore(ContextStore):
                 "first one's parent being expected_head; use append_messages otherwise"
             )
         return await _appends.append(
-            self.db, self._dialect, branch_id, records, expected=expected_head,
-            head=records[-1].id, allowed=set(), report_version=False,
+            self.db, self._dialect, self._memory.owners, branch_id, records,
+            expected=expected_head, head=records[-1].id, allowed=set(), report_version=False,
         )  # fmt: skip
 
     async def list_branches(self, chat_id: str) -> list[BranchInfo]:
@@ -490,6 +490,7 @@ class SqlContextStore(ContextStore):
             chat = _chats.checked_new(chat_id, user_id, None, None)
             opened = functools.partial(_branches.open_or_create, dialect=self._dialect)
             state = await _chats.insert_or_read(self.db, self._dialect, chat, opened)
+        self._memory.owners.note(chat_id, state.chat.user_id)
         return state
 
     async def load_chain_rows(

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from agentcontext.store._db.database import Database
 
-HEAD_REVISION = "0009"
+HEAD_REVISION = "0010"
 """The newest revision of the packaged migrations (a test checks it against Alembic's)."""
 
 MigrateMode = Literal["auto"] | bool

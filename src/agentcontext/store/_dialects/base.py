@@ -26,6 +26,7 @@ from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
 from agentcontext.store._rows.codec import MessageRow
 from agentcontext.store._rows.decode import damaged_json
+from agentcontext.store._rows.terms import ScopedTerms
 
 __all__ = [
     "BEGIN_OPTION",
@@ -239,11 +240,15 @@ class Dialect(abc.ABC):
         first: bool,
         new_head: str,
         touched_at: datetime,
+        owner: str,
         report_version: bool = True,
     ) -> int | None:
         """Insert ``rows`` after the branch head and move the head to ``new_head``, in one
         statement, if the head is the first row's parent (compare-and-swap). The rows are a
-        chain: each one is the parent of the next, and the last one is ``new_head``.
+        chain: each one is the parent of the next, and the last one is ``new_head``. Their
+        search terms were made for the chat's ``owner``: when the chat belongs to another
+        user (it was deleted and created again), nothing is written (`AppendRefused`
+        ``"owner"``).
 
         With ``report_version`` the chat's version after the write is returned when the
         dialect can read it in the same statement (otherwise None).
@@ -263,19 +268,20 @@ class Dialect(abc.ABC):
         once."""
 
     @abc.abstractmethod
-    def search_row_values(self, tokens: list[str]) -> dict[str, Any]:
+    def search_row_values(self, terms: ScopedTerms) -> dict[str, Any]:
         """Extra parameters of `message_upsert` that keep the search index of a row."""
 
     @abc.abstractmethod
-    def index_rows(self, conn: Connection, rows: Sequence[tuple[int, list[str]]]) -> None:
-        """Index ``(seq, tokens)`` of rows just written (SQLite's FTS5 table)."""
+    def index_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
+        """Index ``(seq, terms)`` of rows just written (an index kept apart from the rows)."""
 
     @abc.abstractmethod
-    def unindex_rows(self, conn: Connection, rows: Sequence[tuple[int, list[str]]]) -> None:
-        """Remove ``(seq, tokens)`` of rows about to be deleted or rewritten from the index."""
+    def unindex_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
+        """Remove ``(seq, terms)`` of rows about to be deleted or rewritten from the index."""
 
     def search_candidates(self, scope: Literal["chat", "user"], with_roles: bool) -> Select[Any]:
-        """Messages of the scope that may hold every query token, newest first.
+        """Messages of the scope that may hold every query token, newest first, found through
+        the scope's terms: the index entries read are the scope's, not the database's.
 
         Parameters: ``scope_id``, ``search_limit``, ``before_seq`` (only rows inserted before
         it) and what `search_params` gives; ``roles`` with ``with_roles``. Columns: seq, id,
@@ -295,8 +301,9 @@ class Dialect(abc.ABC):
         """`search_candidates` restricted by ``scope``."""
 
     @abc.abstractmethod
-    def search_params(self, query: Sequence[str]) -> dict[str, Any]:
-        """The bound values of `search_candidates` for these query tokens."""
+    def search_params(self, mask: int, hashes: list[int]) -> dict[str, Any]:
+        """The bound values of `search_candidates` for the query: the scope's mask and the
+        hashes of its tokens (`_rows.terms.query_terms`)."""
 
     exact_candidates: ClassVar[bool]
     """Whether every candidate holds every query token (else each is checked)."""
@@ -349,7 +356,7 @@ class Dialect(abc.ABC):
 class AppendRefused(Exception):
     """Internal: an append statement wrote nothing. ``reason`` says why."""
 
-    def __init__(self, reason: Literal["moved", "exists", "branch"]) -> None:
+    def __init__(self, reason: Literal["moved", "exists", "branch", "owner"]) -> None:
         super().__init__(reason)
         self.reason = reason
 

@@ -3,9 +3,9 @@
 Lone statements run without BEGIN/COMMIT round trips (autocommit), except behind PgBouncer,
 where every statement runs in a transaction; the append of a save is one statement that
 locks the chat then the branch (the lock order of every writer) and compare-and-swaps the
-head; search candidates are the messages whose token hashes (an ``int4[]`` under a GIN
-index) contain the query's, checked exactly in Python; concurrent migrations are serialised
-by an advisory lock.
+head; search candidates are the messages whose search terms (an ``int4[]`` under a GIN index:
+each token under its chat's and its user's masks) contain the query's, in the scope searched
+only, checked exactly in Python; concurrent migrations are serialised by an advisory lock.
 """
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ from agentcontext.store._dialects.base import (
     orig,
     sqlstate,
 )
-from agentcontext.store._rows import tokenizer as _tokenizer
+from agentcontext.store._rows.terms import ScopedTerms
 
-__all__ = ["PostgresDialect", "hashes_text", "unique_statement_name"]
+__all__ = ["PostgresDialect", "int4_terms", "terms_text", "unique_statement_name"]
 
 _TRUE = ("1", "true", "yes", "on")
 _MIGRATION_LOCK_KEY = 0x61676E7463747800 >> 8  # "agntctx", fits a signed bigint
@@ -65,7 +65,7 @@ _APPEND_SQL = """
 WITH touched AS (
     UPDATE chats SET updated_at = :touched_at, version = version + :bump,
                      message_count = message_count + :count
-    WHERE id = :chat_id
+    WHERE id = :chat_id AND user_id = :owner
     RETURNING version
 ), cur AS (
     SELECT b.head_message_id, b.head_depth FROM branches AS b, touched
@@ -93,20 +93,25 @@ WITH touched AS (
     WHERE branches.id = :branch_id AND (SELECT count(*) FROM ins) = :count
     RETURNING 1
 )
-SELECT (SELECT version FROM touched), (SELECT count(*) FROM moved), (SELECT count(*) FROM cur)
+SELECT (SELECT version FROM touched), (SELECT count(*) FROM moved), (SELECT count(*) FROM cur),
+       (SELECT count(*) FROM touched)
 """
 _PG_APPEND = text(_APPEND_SQL)
 """One statement, one round trip, atomic on its own. Data dependencies fix the order of its
 parts, and with it the lock order every writer follows (the chat row, then the branch row):
-``touched`` locks the chat and bumps its version and message count, ``cur`` locks the branch
+``touched`` locks the chat and bumps its version and message count (only if it still belongs
+to the user the search terms were made for), ``cur`` locks the branch
 and reads its head and the head's depth, ``guard`` fails the whole statement (division by
 zero, nothing applied) when the head is not the expected one, ``ins`` inserts the messages
 chained below it, ``moved`` moves the head. An existing id breaks the unique index: the
-statement fails too. Each row's token hashes come as the text of an ``int4[]`` (`hashes_text`),
+statement fails too. Each row's search terms come as the text of an ``int4[]`` (`terms_text`),
 cast per row: cheaper, in Python and in the server, than slicing one flat array."""
 
 
-_CUSTOM_PLANS = text("SELECT set_config('plan_cache_mode', 'force_custom_plan', true)")
+_SEARCH_PLANS = text(
+    "SELECT set_config('plan_cache_mode', 'force_custom_plan', true), "
+    "set_config('enable_indexscan', 'off', true), set_config('enable_seqscan', 'off', true)"
+)
 
 _WRITE_POSITION = "SELECT pg_current_wal_insert_lsn() - CAST('0/0' AS pg_lsn)"
 _REPLAY_POSITION = "SELECT pg_last_wal_replay_lsn() - CAST('0/0' AS pg_lsn)"
@@ -246,9 +251,11 @@ class PostgresDialect(Dialect):
         first: bool,
         new_head: str,
         touched_at: datetime,
+        owner: str,
         report_version: bool = True,
     ) -> int | None:
         params = {
+            "owner": owner,
             "touched_at": touched_at,
             "bump": 1 if first else 0,
             "count": len(rows),
@@ -261,17 +268,19 @@ class PostgresDialect(Dialect):
             "names": [row.name for row in rows],
             "types": [row.type for row in rows],
             "datas": ["null" if row.data is None else row.data for row in rows],
-            "hashes": [hashes_text(row.tokens) for row in rows],
+            "hashes": [terms_text(row.terms) for row in rows],
             "created": [row.created_at for row in rows],
         }
         try:
-            version, moved, _ = conn.execute(self._append, params).one()
+            version, moved, _, touched = conn.execute(self._append, params).one()
         except DBAPIError as exc:
             if sqlstate(exc) == "22012":  # the guard: the head was not the expected one
                 raise AppendRefused("moved") from None
             if self.is_unique_violation(exc):
                 raise AppendRefused("exists") from None
             raise
+        if not touched:
+            raise AppendRefused("owner")  # (or the chat is gone: the general path says)
         if not moved:
             raise AppendRefused("branch")
         return int(version)
@@ -283,14 +292,14 @@ class PostgresDialect(Dialect):
             search_hashes=bindparam("hashes", type_=_INT4_ARRAY),
         )
 
-    def search_row_values(self, tokens: list[str]) -> dict[str, Any]:
-        return {"hashes": _tokenizer.token_hashes(tokens) or None}
+    def search_row_values(self, terms: ScopedTerms) -> dict[str, Any]:
+        return {"hashes": int4_terms(terms) or None}
 
-    def index_rows(self, conn: Connection, rows: Sequence[tuple[int, list[str]]]) -> None:
-        """The token hashes are a column of the row itself (the GIN index follows it)."""
+    def index_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
+        """The terms are a column of the row itself (the GIN index follows it)."""
 
-    def unindex_rows(self, conn: Connection, rows: Sequence[tuple[int, list[str]]]) -> None:
-        """The token hashes go with the row."""
+    def unindex_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
+        """The terms go with the row."""
 
     def _candidates(self, scope: ColumnElement[bool]) -> Select[Any]:
         # ``@>`` (contains every hash of the query) is what the GIN index on search_hashes
@@ -305,18 +314,21 @@ class PostgresDialect(Dialect):
             .limit(bindparam("search_limit"))
         )
 
-    def search_params(self, query: Sequence[str]) -> dict[str, Any]:
-        return {"query_hashes": _tokenizer.token_hashes(query)}
+    def search_params(self, mask: int, hashes: list[int]) -> dict[str, Any]:
+        folded = _fold(mask)
+        return {"query_hashes": [(_folded(h) ^ folded) - _SIGN for h in hashes]}
 
     search_mode = "snapshot"  # a transaction, for the setting below
 
     def prepare_search(self, conn: Connection) -> None:
-        # The best plan depends on the words: a rare one is found through the GIN index, a
-        # common one by reading the scope newest first until enough rows match. A prepared
-        # statement run many times gets a generic plan, made without the values, which walks
-        # the scope newest first whatever the words: a rare word then reads the whole chat.
-        # So the search's statements are planned for their values (for this transaction).
-        conn.execute(_CUSTOM_PLANS)
+        # The terms of the query are the scope's (a chat's or a user's): the GIN index finds
+        # the scope's candidates, however large the database. Walking the messages' primary
+        # key backwards and filtering (what a planner may pick for a common word, to stop
+        # after the newest matches) reads the whole database's history when the scope's
+        # matches are old or few: a search must never depend on that guess, so in the
+        # search's transaction index scans (and sequential scans) are off and the GIN index
+        # is read as a bitmap, the matches then sorted newest first.
+        conn.execute(_SEARCH_PLANS)
 
     def take_migration_lock(self, connection: Connection) -> None:
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
@@ -368,11 +380,43 @@ class PostgresDialect(Dialect):
         return None
 
 
-def hashes_text(tokens: Sequence[str]) -> str | None:
-    """The token hashes of a message as PostgreSQL ``int4[]`` input (``{-5,17}``; None for no
-    token): a bound value, cast to ``int4[]`` by the statement."""
-    hashes = _tokenizer.token_hashes(tokens)
-    return "{" + repr(hashes)[1:-1] + "}" if hashes else None
+_SIGN = 1 << 31
+_LOW = (1 << 32) - 1
+
+
+def _fold(value: int) -> int:
+    """A 64-bit hash or mask folded to 32 bits (the XOR of its halves)."""
+    return ((value >> 32) ^ value) & _LOW
+
+
+_folds: dict[int, int] = {}
+
+
+def _folded(value: int) -> int:
+    """`_fold` of a token's hash, offset so that the XOR with a folded mask, less 2**31, is a
+    signed ``int4`` (remembered: words recur)."""
+    found = _folds.get(value)
+    if found is None:
+        if len(_folds) >= 1 << 17:
+            _folds.clear()
+        found = _folds[value] = _fold(value) ^ _SIGN
+    return found
+
+
+def int4_terms(terms: ScopedTerms) -> list[int]:
+    """A message's search terms as PostgreSQL indexes them: for each token, its hash under
+    its chat's mask, then under its user's, folded to a signed ``int4`` (the XOR of the two
+    32-bit folds, less 2**31). Part of the on-disk format."""
+    folded = list(map(_folded, terms.hashes))
+    chat, user = _fold(terms.chat), _fold(terms.user)
+    return [(f ^ chat) - _SIGN for f in folded] + [(f ^ user) - _SIGN for f in folded]
+
+
+def terms_text(terms: ScopedTerms) -> str | None:
+    """`int4_terms` as PostgreSQL ``int4[]`` input (``{-5,17}``; None for no token): a bound
+    value, cast to ``int4[]`` by the statement."""
+    values = int4_terms(terms)
+    return "{" + repr(values)[1:-1] + "}" if values else None
 
 
 def _qualified(sql: str, schema: str) -> Any:

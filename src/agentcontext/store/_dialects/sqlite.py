@@ -3,8 +3,9 @@
 WAL mode and foreign keys on every connection, the driver's own transaction handling off (the
 begin hook emits ``BEGIN IMMEDIATE`` for a write transaction, so a read-then-write never fails
 half-way with "database is locked"), one writer at a time (writes queue in the process), a
-contentless FTS5 table fed with the Python tokenizer's tokens for search, and a view whose
-INSTEAD OF trigger (migration 0003) makes the append of a save one statement.
+contentless FTS5 table fed with each message's search terms (its tokens under its chat's and its
+user's masks, as hex words), and a view whose INSTEAD OF trigger (migration 0010) makes the
+append of a save one statement.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from agentcontext.errors import (
     StoreError,
     StoreUnavailableError,
 )
+from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects.base import (
     BEGIN_OPTION,
@@ -68,12 +70,13 @@ from agentcontext.store._dialects.base import (
 from agentcontext.store._dialects.base import (
     message_upsert as _message_upsert,
 )
-from agentcontext.store._rows.codec import data_of
+from agentcontext.store._rows.codec import stored_terms
 from agentcontext.store._rows.decode import damaged_time
-from agentcontext.store._rows.text import index_tokens
+from agentcontext.store._rows.terms import ScopedTerms
 
 __all__ = [
     "APPEND_TRIGGER",
+    "fts_terms",
     "APPEND_VIEW",
     "SqliteDialect",
     "install_hooks",
@@ -104,6 +107,7 @@ _APPENDS = Table(
             "data",
             "created_at",
             "tokens",
+            "owner",
         )
     ),
 )
@@ -112,7 +116,7 @@ _APPENDS = Table(
 
 APPEND_VIEW = (
     "CREATE VIEW message_appends AS SELECT '' AS branch_id, 0 AS first, '' AS touched_at, "
-    "id, chat_id, parent_id, name, type, data, created_at, '' AS tokens "
+    "id, chat_id, parent_id, name, type, data, created_at, '' AS tokens, '' AS owner "
     "FROM messages WHERE 0"
 )
 """The view of `APPEND_TRIGGER`: the columns of an append, no rows."""
@@ -123,6 +127,8 @@ CREATE TRIGGER message_appends_insert INSTEAD OF INSERT ON message_appends BEGIN
     WHERE NOT EXISTS (SELECT 1 FROM branches WHERE id = NEW.branch_id AND chat_id = NEW.chat_id);
     SELECT RAISE(ABORT, 'agentcontext: head moved')
     WHERE (SELECT head_message_id FROM branches WHERE id = NEW.branch_id) IS NOT NEW.parent_id;
+    SELECT RAISE(ABORT, 'agentcontext: owner moved')
+    WHERE (SELECT user_id FROM chats WHERE id = NEW.chat_id) IS NOT NEW.owner;
     UPDATE chats SET updated_at = NEW.touched_at, version = version + NEW.first,
                      message_count = message_count + 1
     WHERE id = NEW.chat_id;
@@ -138,7 +144,7 @@ CREATE TRIGGER message_appends_insert INSTEAD OF INSERT ON message_appends BEGIN
 END
 """
 """The view and the INSTEAD OF trigger that make the append of a save one statement on SQLite
-(created by migration 0003; ``tests/store/test_write_parity.py`` checks that a migrated
+(created by migration 0010, after 0003; ``tests/store/test_write_parity.py`` checks that a migrated
 database holds exactly this text, and that the trigger writes the same rows as the Python
 path of ``_messages.write`` and PostgreSQL's statement). Changing them takes a migration."""
 
@@ -149,13 +155,13 @@ _SQLITE_APPENDS: dict[tuple[int, bool], str] = {}
 
 _ROW_PARAMETERS = (
     "branch_id", "first", "touched_at", "id", "chat_id", "parent_id", "name", "type", "data",
-    "created_at", "tokens",
+    "created_at", "tokens", "owner",
 )  # fmt: skip
 """The parameters of each row of `_sqlite_append`, in the order of its SQL."""
 
 
 def _positions(count: int) -> tuple[str, ...]:
-    shared = ("branch_id", "touched_at")
+    shared = ("branch_id", "touched_at", "owner")
     return tuple(
         name if name in shared else f"{name}_{index}"
         for index in range(count)
@@ -182,6 +188,7 @@ def _sqlite_append(count: int, returning: bool) -> str:
             {
                 "branch_id": bindparam("branch_id"),
                 "touched_at": bindparam("touched_at"),
+                "owner": bindparam("owner"),
                 **{
                     name: bindparam(f"{name}_{index}")
                     for name in (
@@ -220,7 +227,7 @@ class SqliteDialect(Dialect):
     driver = "aiosqlite"
     options = frozenset({"sqlite_busy_timeout", "sqlite_synchronous"})
     append_chunk = 2000  # 11 values per row, well under SQLite's 32 766 bound values
-    exact_candidates = True
+    exact_candidates = False  # terms are hashes: a candidate's tokens are checked
     loop_bound_connections = False
 
     # --- engine -----------------------------------------------------------------------------
@@ -361,6 +368,7 @@ class SqliteDialect(Dialect):
         first: bool,
         new_head: str,
         touched_at: datetime,
+        owner: str,
         report_version: bool = True,
     ) -> int | None:
         touched = self.encode_time(touched_at)
@@ -371,7 +379,7 @@ class SqliteDialect(Dialect):
             params += (
                 branch_id, 1 if first and index == 0 else 0, touched, row.id, row.chat_id,
                 row.parent_id, row.name, row.type, row.data, encode_time(row.created_at),
-                " ".join(row.tokens),
+                fts_terms(row.terms), owner,
             )  # fmt: skip
         try:
             result = conn.exec_driver_sql(sql, tuple(params))
@@ -382,6 +390,8 @@ class SqliteDialect(Dialect):
                 raise AppendRefused("moved") from None
             if "agentcontext: no such branch" in message:
                 raise AppendRefused("branch") from None
+            if "agentcontext: owner moved" in message:
+                raise AppendRefused("owner") from None
             if self.is_unique_violation(exc):
                 raise AppendRefused("exists") from None
             raise
@@ -390,17 +400,17 @@ class SqliteDialect(Dialect):
     def message_upsert(self) -> Any:
         return _message_upsert(self.insert(M), bindparam("data_json", type_=Text))
 
-    def search_row_values(self, tokens: list[str]) -> dict[str, Any]:
+    def search_row_values(self, terms: ScopedTerms) -> dict[str, Any]:
         return {}  # the FTS5 table is kept by index_rows / unindex_rows
 
-    def index_rows(self, conn: Connection, rows: Sequence[tuple[int, list[str]]]) -> None:
-        batch = [(seq, " ".join(tokens)) for seq, tokens in rows if tokens]
+    def index_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
+        batch = [(seq, fts_terms(terms)) for seq, terms in rows if terms.hashes]
         if batch:
             conn.exec_driver_sql("INSERT INTO messages_fts (rowid, tokens) VALUES (?, ?)", batch)
 
-    def unindex_rows(self, conn: Connection, rows: Sequence[tuple[int, list[str]]]) -> None:
-        # A contentless FTS5 table forgets a row when given exactly the tokens it indexed.
-        batch = [(seq, " ".join(tokens)) for seq, tokens in rows if tokens]
+    def unindex_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
+        # A contentless FTS5 table forgets a row when given exactly the terms it indexed.
+        batch = [(seq, fts_terms(terms)) for seq, terms in rows if terms.hashes]
         if batch:
             conn.exec_driver_sql(
                 "INSERT INTO messages_fts (messages_fts, rowid, tokens) VALUES ('delete', ?, ?)",
@@ -428,9 +438,10 @@ class SqliteDialect(Dialect):
             .limit(bindparam("search_limit"))
         )
 
-    def search_params(self, query: Sequence[str]) -> dict[str, Any]:
-        # Each token quoted: FTS5 reads it as one plain token, never as an operator.
-        return {"search_query": " ".join(f'"{token}"' for token in query)}
+    def search_params(self, mask: int, hashes: list[int]) -> dict[str, Any]:
+        # Each term quoted (hex digits): FTS5 reads it as one plain token, never an operator.
+        prefix = _prefix(mask)
+        return {"search_query": " ".join(f'"{prefix}{_hex(h)}"' for h in hashes)}
 
     def take_migration_lock(self, connection: Connection) -> None:
         """SQLite holds the write lock already (the migration's transaction is IMMEDIATE)."""
@@ -478,7 +489,8 @@ class SqliteDialect(Dialect):
         last = -1
         while True:
             rows = conn.execute(
-                select(M.c.seq, self.raw_json(M.c.data))
+                select(M.c.seq, self.raw_json(M.c.data), C.c.user_id)
+                .join_from(M, C, C.c.id == M.c.chat_id)
                 .where(M.c.chat_id == chat_id, M.c.seq > last)
                 .order_by(M.c.seq)
                 .limit(2000)
@@ -486,12 +498,40 @@ class SqliteDialect(Dialect):
             if not rows:
                 return
             self.unindex_rows(
-                conn, [(int(seq), index_tokens(data_of(self, raw))) for seq, raw in rows]
+                conn,
+                [(int(seq), stored_terms(self, raw, chat_id, user)) for seq, raw, user in rows],
             )
             last = rows[-1][0]
 
 
 _SQLITE = SqliteDialect()
+
+
+_hexes: dict[int, str] = {}
+
+
+def _hex(value: int) -> str:
+    """The 12 hex digits of a token's hash in its FTS5 term (remembered: words recur)."""
+    found = _hexes.get(value)
+    if found is None:
+        if len(_hexes) >= 1 << 17:
+            _hexes.clear()
+        found = _hexes[value] = f"{value:016x}"[:12]
+    return found
+
+
+def _prefix(mask: int) -> str:
+    """The 8 hex digits of a scope's mask that start each of its FTS5 terms."""
+    return f"{mask:016x}"[:8]
+
+
+def fts_terms(terms: ScopedTerms) -> str:
+    """A message's terms as the FTS5 table indexes them: for each token, its hash's hex
+    digits after its chat's mask's, then after its user's (20 hex digits, one FTS5 token
+    each; the terms of a scope share their first eight, which the index stores once)."""
+    hexes = list(map(_hex, terms.hashes))
+    chat, user = _prefix(terms.chat), _prefix(terms.user)
+    return " ".join([chat + h for h in hexes] + [user + h for h in hexes])
 
 
 def is_memory(url: URL) -> bool:

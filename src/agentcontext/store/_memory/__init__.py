@@ -2,12 +2,13 @@
 (``chains``), the outlines of the chats it last drew (``outlines``) and the write turns of
 its engines (``turns``).
 
-A `StoreMemory` holds the three for one store: ``cache_bytes`` bounds the chains, and the
-outlines apart. `StoreMemory.forget` is the one invalidation: a removal (a delete, a purge, a
-prune, an erasure) calls `forget_everywhere`, which drops the chats from the memories of every
-store of the process, whichever store made the call and whatever engine or URL the others were
-opened with. Nothing here is ever served for a chat whose identity changed (a chat deleted and
-created again is another incarnation, which the chains and outlines are keyed by).
+A `StoreMemory` holds them for one store (with who owns each chat it wrote, ``owners``):
+``cache_bytes`` bounds the chains, and the outlines apart. `StoreMemory.forget` is the one
+invalidation: a removal (a delete, a purge, a prune, an erasure) calls `forget_everywhere`,
+which drops the chats from the memories of every store of the process, whichever store made the
+call and whatever engine or URL the others were opened with. Nothing here is ever served for a
+chat whose identity changed (a chat deleted and created again is another incarnation, which the
+chains and outlines are keyed by).
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import weakref
 
 from agentcontext.store._memory.chains import DEFAULT_CACHE_BYTES, ChainMemory
 from agentcontext.store._memory.outlines import OutlineMemory
+from agentcontext.store._memory.owners import Owners
 from agentcontext.store._memory.turns import WriteTurns
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
     "ChainMemory",
     "OutlineMemory",
+    "Owners",
     "StoreMemory",
     "WriteTurns",
     "forget_everywhere",
@@ -40,6 +43,8 @@ class StoreMemory:
         """The runs of the chats it last drew (within ``cache_bytes`` too, apart)."""
         self.turns = WriteTurns()
         """The write turns of its engines, by chat."""
+        self.owners = Owners()
+        """Who owns each chat (a save's search terms are made for its owner)."""
         with _LOCK:
             _ALL.add(self)
 
@@ -47,6 +52,7 @@ class StoreMemory:
         """Drop what is held of these chats (decoded chains and outlines)."""
         self.chains.forget(*chat_ids)
         self.outlines.forget(*chat_ids)
+        self.owners.forget(*chat_ids)
 
 
 _ALL: weakref.WeakSet[StoreMemory] = weakref.WeakSet()

@@ -16,7 +16,9 @@ from agentcontext._gc import gc_paused
 from agentcontext.errors import InvalidGraphError, InvalidInputError
 from agentcontext.store._db.database import Database, unit
 from agentcontext.store._dialects import AppendRefused, Dialect
+from agentcontext.store._memory import Owners
 from agentcontext.store._ops import branches as _branches
+from agentcontext.store._ops import chats as _chats
 from agentcontext.store._rows.codec import message_rows
 from agentcontext.store.records import AppendResult, MessageRecord
 
@@ -54,6 +56,7 @@ def is_plain(
 async def append(
     db: Database,
     dialect: Dialect,
+    owners: Owners,
     branch_id: str,
     records: list[MessageRecord],
     *,
@@ -62,12 +65,22 @@ async def append(
     allowed: set[str] | None,
     report_version: bool = True,
 ) -> AppendResult:
-    """Append checked records of one chat after ``expected`` and move the head to ``head``."""
+    """Append checked records of one chat after ``expected`` and move the head to ``head``.
+    ``owners`` knows (or learns) who owns the chat: a save's search terms are made for its
+    owner."""
     chat_id = records[0].chat_id
     if is_plain(records, expected, head, allowed):
-        result = await _fast(db, dialect, branch_id, chat_id, records, allowed, report_version)
-        if result is not None:
-            return result
+        owner = owners.get(chat_id)
+        if owner is None:
+            owner = await db.run("read", unit(_chats.owner_of, chat_id), chat=chat_id)
+            if owner is not None:
+                owners.note(chat_id, owner)
+        if owner is not None:
+            result = await _fast(
+                db, dialect, owners, branch_id, chat_id, owner, records, allowed, report_version
+            )
+            if result is not None:
+                return result
     try:
         return await db.run(
             "write",
@@ -81,23 +94,38 @@ async def append(
 async def _fast(
     db: Database,
     dialect: Dialect,
+    owners: Owners,
     branch_id: str,
     chat_id: str,
+    owner: str,
     records: list[MessageRecord],
     allowed: set[str] | None,
     report_version: bool,
 ) -> AppendResult | None:
     """The single-statement append; None when the general path must decide."""
     with gc_paused():  # a burst of new objects, none of them garbage
-        rows = message_rows(records)
+        rows = message_rows(records, {chat_id: owner})
     try:
         return await db.run(
             "atomic" if len(rows) <= dialect.append_chunk else "write",
-            unit(_branches.append_rows, dialect, branch_id, rows, rows[-1].id, report_version),
+            unit(
+                _branches.append_rows,
+                dialect,
+                branch_id,
+                rows,
+                rows[-1].id,
+                owner,
+                report_version,
+            ),
             idempotent=True,
             chat=chat_id,
         )
     except AppendRefused as refused:
+        if refused.reason == "owner":
+            # Deleted and created again for another user since it was read (or deleted):
+            # the general path reads the owner in its transaction.
+            owners.forget(chat_id)
+            return None
         if refused.reason == "exists" and allowed is None:
             return None  # existing messages are updated in place by the general path
         ids = [r.id for r in records]

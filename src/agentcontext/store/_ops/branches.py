@@ -395,10 +395,12 @@ def append_rows(
     branch_id: str,
     rows: Sequence[MessageRow],
     head: str,
+    owner: str,
     report_version: bool = True,
 ) -> AppendResult:
     """The fast append: new messages chained after the head, in one statement per
-    ``dialect.append_chunk`` rows (one statement for any usual save)."""
+    ``dialect.append_chunk`` rows (one statement for any usual save); their search terms
+    were made for the chat's ``owner``."""
     version: int | None = None
     touched = utcnow()
     for start in range(0, len(rows), dialect.append_chunk):
@@ -410,6 +412,7 @@ def append_rows(
             first=start == 0,
             new_head=chunk[-1].id,
             touched_at=touched,
+            owner=owner,
             report_version=report_version,
         )
     assert rows[-1].id == head

@@ -66,6 +66,12 @@ def new_chat(chat_id: str, user_id: str, title: str | None, metadata: dict[str, 
     )
 
 
+def owner_of(conn: Connection, chat_id: str) -> str | None:
+    """The user who owns the chat, or None for an unknown chat."""
+    found = conn.execute(select(C.c.user_id).where(C.c.id == chat_id)).scalar()
+    return None if found is None else str(found)
+
+
 def insert_chat_row(conn: Connection, chat: Chat) -> None:
     """Insert the chat's row alone (its branches come with it, as in an import)."""
     conn.execute(

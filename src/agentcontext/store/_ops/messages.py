@@ -23,14 +23,21 @@ from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._ops.chats import touch as touch_chat
-from agentcontext.store._rows import text as _text
-from agentcontext.store._rows.codec import data_of, message_columns, message_rows, row_record
+from agentcontext.store._rows.codec import (
+    message_columns,
+    message_rows,
+    row_record,
+    stored_terms,
+)
+from agentcontext.store._rows.terms import ScopedTerms
 from agentcontext.store.records import MessageRecord
 
 __all__ = [
     "ExistingMessages",
     "changes",
     "fetch_nodes",
+    "owners_of",
+    "stored_terms_of",
     "get",
     "has_children",
     "is_ancestor",
@@ -70,19 +77,34 @@ def fetch_nodes(conn: Connection, ids: Iterable[str]) -> dict[str, Any]:
     return found
 
 
-def stored_tokens(
+def stored_terms_of(
     conn: Connection, dialect: Dialect, seqs: list[int]
-) -> list[tuple[int, list[str]]]:
-    """``(seq, search tokens)`` of stored messages, read from their rows (what the search
-    index holds for them, to take it out again)."""
-    found: list[tuple[int, list[str]]] = []
+) -> list[tuple[int, ScopedTerms]]:
+    """``(seq, search terms)`` of stored messages, read from their rows and their chats'
+    owners (what the search index holds for them, to take it out again)."""
+    found: list[tuple[int, ScopedTerms]] = []
     for start in range(0, len(seqs), IN_CHUNK):
         rows = conn.execute(
-            select(M.c.seq, dialect.raw_json(M.c.data)).where(
-                M.c.seq.in_(seqs[start : start + IN_CHUNK])
-            )
+            select(M.c.seq, dialect.raw_json(M.c.data), M.c.chat_id, C.c.user_id)
+            .join_from(M, C, C.c.id == M.c.chat_id)
+            .where(M.c.seq.in_(seqs[start : start + IN_CHUNK]))
         )
-        found += [(int(seq), _text.index_tokens(data_of(dialect, raw))) for seq, raw in rows]
+        found += [
+            (int(seq), stored_terms(dialect, raw, chat_id, user_id))
+            for seq, raw, chat_id, user_id in rows
+        ]
+    return found
+
+
+def owners_of(conn: Connection, chat_ids: Iterable[str]) -> dict[str, str]:
+    """The user of each of these chats that exists."""
+    wanted = list(set(chat_ids))
+    found: dict[str, str] = {}
+    for start in range(0, len(wanted), IN_CHUNK):
+        rows = conn.execute(
+            select(C.c.id, C.c.user_id).where(C.c.id.in_(wanted[start : start + IN_CHUNK]))
+        )
+        found.update((chat_id, user_id) for chat_id, user_id in rows)
     return found
 
 
@@ -122,9 +144,10 @@ def write(
     chat_of: dict[str, str] = {}
     rows: list[dict[str, Any]] = []
     stored: list[MessageRecord] = []
-    new_tokens: dict[str, list[str]] = {}
-    old_entries: list[tuple[int, list[str]]] = []
-    for record, prepared in zip(records, message_rows(records), strict=True):
+    new_terms: dict[str, ScopedTerms] = {}
+    old_seqs: list[int] = []
+    owners = owners_of(conn, {r.chat_id for r in records})
+    for record, prepared in zip(records, message_rows(records, owners), strict=True):
         old = existing.get(record.id) if record.id in batch_ids else None
         if old is not None:
             if old[1] != record.chat_id:
@@ -133,7 +156,7 @@ def write(
                     f"{record.chat_id!r}; message ids are global, pick a new id"
                 )
             parent_id, row_depth, created_at = old[2], old[3], old[4]
-            old_entries.append((int(old[5]), []))
+            old_seqs.append(int(old[5]))
         else:
             parent_id, created_at = record.parent_id, record.created_at
             row_depth = (
@@ -143,7 +166,7 @@ def write(
             )
         depth[record.id] = row_depth
         chat_of[record.id] = record.chat_id
-        new_tokens[record.id] = prepared.tokens
+        new_terms[record.id] = prepared.terms
         rows.append(
             {
                 "id": record.id,
@@ -162,10 +185,9 @@ def write(
             if old is None
             else record.model_copy(update={"parent_id": parent_id, "created_at": created_at})
         )
-    if old_entries:
-        old_entries = stored_tokens(conn, dialect, [seq for seq, _ in old_entries])
+    old_entries = stored_terms_of(conn, dialect, old_seqs) if old_seqs else []
     for row in rows:
-        row.update(dialect.search_row_values(new_tokens[row["id"]]))
+        row.update(dialect.search_row_values(new_terms[row["id"]]))
     written = conn.execute(_upsert(dialect), rows).all()
     if len(written) != len(rows):
         # A concurrent writer created one of these ids in another chat after our check.
@@ -174,7 +196,7 @@ def write(
             "message ids are global, pick new ids"
         )
     dialect.unindex_rows(conn, old_entries)
-    dialect.index_rows(conn, [(int(seq), new_tokens[message_id]) for message_id, seq in written])
+    dialect.index_rows(conn, [(int(seq), new_terms[message_id]) for message_id, seq in written])
     added: dict[str, int] = {}
     for record in records:
         if record.id not in existing:

@@ -32,7 +32,7 @@ from agentcontext.store._db.schema import snapshots as SN
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._ops import branches as _branches
 from agentcontext.store._ops import chats as _chats
-from agentcontext.store._ops.messages import IN_CHUNK, stored_tokens
+from agentcontext.store._ops.messages import IN_CHUNK, stored_terms_of
 from agentcontext.store.records import ErasureReport, PruneReport, PurgeReport, utcnow
 
 __all__ = ["TABLES", "check_cutoff", "delete_chats", "drop_blobs", "erase_user", "prune", "purge"]
@@ -277,5 +277,5 @@ def _delete_messages(conn: Connection, dialect: Dialect, gone: Sequence[str]) ->
     search entries."""
     for chunk in _chunks(gone):
         seqs = conn.execute(select(M.c.seq).where(M.c.id.in_(chunk))).scalars().all()
-        dialect.unindex_rows(conn, stored_tokens(conn, dialect, [int(seq) for seq in seqs]))
+        dialect.unindex_rows(conn, stored_terms_of(conn, dialect, [int(seq) for seq in seqs]))
         conn.execute(delete(M).where(M.c.id.in_(chunk)))

@@ -1,7 +1,9 @@
 """Full-text search with one meaning on every backend.
 
-The backend only proposes *candidates*, newest first: SQLite from its FTS5 table (exact
-matches), PostgreSQL from the GIN index of its token hashes (which may over-match). Here,
+The backend only proposes *candidates*, newest first, from the search terms of the scope
+searched (`_rows.terms`: each token under its chat's and its user's masks, so that the index
+entries read are the scope's, not the database's): SQLite from its FTS5 table, PostgreSQL from
+the GIN index of its terms. Terms are hashes and may over-match. Here,
 in Python and the same on every backend, each candidate's tokens are checked against the
 query, the newest `window` matches are ranked (``_tokenizer.score``; ties go to the newer
 message), and snippets are cut (``_text.snippet``). Both backends therefore return the same
@@ -23,6 +25,7 @@ from agentcontext.store._rows import decode as _rows
 from agentcontext.store._rows import text as _text
 from agentcontext.store._rows import tokenizer as _tokenizer
 from agentcontext.store._rows.codec import checked_data
+from agentcontext.store._rows.terms import query_terms
 from agentcontext.store.records import SearchResult
 
 __all__ = ["run", "search", "window"]
@@ -61,7 +64,7 @@ def search(
     params: dict[str, Any] = {
         "scope_id": scope_id,
         "search_limit": size if dialect.exact_candidates else 2 * size,
-        **dialect.search_params(query),
+        **dialect.search_params(*query_terms(query, scope, scope_id)),
     }
     if roles:
         params["roles"] = dialect.roles_value(roles)

@@ -1,7 +1,8 @@
 """The one conversion each way between a message and its stored row.
 
 Down: `message_rows` turns the records a store is given into `MessageRow` (the JSON text of
-the data, the tokens the search index holds): every writer of messages — a save's append, an
+the data, the terms the search index holds, scoped to the message's chat and user): every
+writer of messages — a save's append, an
 in-place update, an import, a copy, a compaction — stores what it returns, and nothing else
 makes a message row. Up: `record_of` turns a raw row (the data column as the driver returns it,
 see `Dialect.raw_json`, and the raw timestamp) into a `MessageRecord`, `data_of` the data column
@@ -12,13 +13,14 @@ row (`CorruptDataError`), never returned as something else.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 from agentcontext._validate import dumps
 from agentcontext.store._rows.decode import Damaged, corrupt, message_of
+from agentcontext.store._rows.terms import ScopedTerms, message_terms
 from agentcontext.store._rows.text import index_tokens
 from agentcontext.store.records import MessageRecord
 
@@ -31,6 +33,7 @@ __all__ = [
     "message_rows",
     "record_of",
     "row_record",
+    "stored_terms",
 ]
 
 
@@ -52,13 +55,14 @@ class MessageRow:
     type: str
     data: str | None
     """The JSON text of the message data."""
-    tokens: list[str]
-    """Its searchable tokens (the search index holds them)."""
+    terms: ScopedTerms
+    """What the search index holds for it (its tokens, under its chat's and user's masks)."""
     created_at: datetime
 
 
-def message_rows(records: Sequence[MessageRecord]) -> list[MessageRow]:
-    """The rows of checked records: each one's JSON text and search tokens, computed once."""
+def message_rows(records: Sequence[MessageRecord], owners: Mapping[str, str]) -> list[MessageRow]:
+    """The rows of checked records: each one's JSON text and search terms, computed once.
+    ``owners`` gives the user of each chat (the scope of its user-wide search)."""
     return [
         MessageRow(
             id=r.id,
@@ -67,11 +71,17 @@ def message_rows(records: Sequence[MessageRecord]) -> list[MessageRow]:
             name=r.name,
             type=r.type,
             data=None if r.data is None else dumps(r.data),
-            tokens=index_tokens(r.data),
+            terms=message_terms(index_tokens(r.data), r.chat_id, owners.get(r.chat_id, "")),
             created_at=r.created_at,
         )
         for r in records
     ]
+
+
+def stored_terms(dialect: Dialect, raw: Any, chat_id: str, user_id: str) -> ScopedTerms:
+    """What the search index holds for a stored message (to take it out again), from its
+    raw data column and its chat's owner."""
+    return message_terms(index_tokens(data_of(dialect, raw)), chat_id, user_id)
 
 
 def data_of(dialect: Dialect, raw: Any) -> Any:
