@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
@@ -42,6 +42,9 @@ MAX_JSON_INT_BITS = 13_000
 refuses to print integers of more than 4 300 digits."""
 
 _JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+_F = TypeVar("_F", bound=Callable[..., object])
 
 
 def type_name(value: object) -> str:
@@ -160,6 +163,13 @@ def check_optional_id(value: object, what: str) -> str | None:
 def check_optional_text(value: object, what: str) -> str | None:
     """Like `check_text`, but ``None`` is accepted."""
     return None if value is None else check_text(value, what)
+
+
+def check_callback(value: _F | None, what: str) -> _F | None:
+    """An optional callable argument (a progress callback, say), or `InvalidTypeError`."""
+    if value is not None and not callable(value):
+        raise InvalidTypeError(f"{what} must be a callable or None, got {type_name(value)}")
+    return value
 
 
 def check_bool(value: object, what: str) -> bool:

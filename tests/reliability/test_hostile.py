@@ -1624,6 +1624,7 @@ WRONG: dict[str, tuple[object, ...]] = {
     "bool | None": (1, "yes", [True]),
     "AsyncConnection": (None, "text", 42),
     "datetime | timedelta": (None, "1d", 42, [1]),
+    "Callable[[int, int], object] | None": ("text", 42, [print]),
 }
 
 

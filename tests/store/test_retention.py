@@ -568,3 +568,146 @@ async def test_a_copy_resolves_as_its_source(
         assert (a.summary_id and mapping[a.summary_id]) == b.summary_id
         assert (a.base_id and mapping[a.base_id]) == b.base_id
         assert [json.loads(x)["parts"] for x in a.data] == [json.loads(x)["parts"] for x in b.data]
+
+
+# --- short transactions -------------------------------------------------------------------------
+
+
+async def _old_chats(
+    store: SqlContextStore, count: int, size: int, user_id: str = "u"
+) -> list[str]:
+    ids = [f"old{i}" for i in range(count)]
+    for chat_id in ids:
+        await store.create_chat(chat_id, user_id=user_id)
+        await store.add_messages(chain(chat_id, size, prefix=f"{chat_id}-"))
+        await _age(store, chat_id, 100)
+    return ids
+
+
+def _commits(store: SqlContextStore) -> list[int]:
+    """Counts the transactions the store commits (a real observation of its batches)."""
+    from sqlalchemy import event
+
+    seen = [0]
+
+    @event.listens_for(store.engine.sync_engine, "commit")
+    def count(_conn: Any) -> None:
+        seen[0] += 1
+
+    return seen
+
+
+async def test_prune_deletes_whole_chats_a_batch_at_a_time(store: SqlContextStore) -> None:
+    """A prune of many chats is many short transactions, each of whole chats, with progress
+    after each; the report counts exactly what the database lost."""
+    ids = await _old_chats(store, 12, 120)
+    await store.create_chat("young", user_id="u")
+    before = await _counts(store)
+    commits = _commits(store)
+    seen: list[tuple[int, int]] = []
+    report = await store.prune(
+        older_than=timedelta(days=30), progress=lambda d, t: seen.append((d, t))
+    )
+    assert sorted(report.chat_ids) == sorted(ids)
+    assert commits[0] >= 3, "a prune of 1 440 messages ran in fewer than three transactions"
+    assert seen[-1] == (12, 12) and len(seen) >= 3
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    after = await _counts(store)
+    assert {t: before[t] - after[t] for t in TABLES} == report.deleted
+    assert [c.id for c in await store.list_chats()] == ["young"]
+
+
+async def test_a_prune_cut_short_leaves_whole_chats_and_finishes_when_run_again(
+    store: SqlContextStore,
+) -> None:
+    ids = await _old_chats(store, 10, 150)
+    task: asyncio.Task[PruneReport] | None = None
+
+    def stop_after_first_batch(_done: int, _total: int) -> None:
+        assert task is not None
+        task.cancel()  # cancelled at its next step, after the batch it just committed
+
+    task = asyncio.create_task(
+        store.prune(older_than=timedelta(days=30), progress=stop_after_first_batch)
+    )
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    listed = await store.list_chats()
+    left = [chat.id for chat in listed]
+    assert 0 < len(left) < len(ids)
+    assert all(chat.message_count == 150 for chat in listed)  # what is left is whole
+    assert (await _counts(store))["messages"] == 150 * len(left)
+    again = await store.prune(older_than=timedelta(days=30))
+    assert sorted(again.chat_ids) == sorted(left)
+    assert again.deleted["messages"] == 150 * len(left)
+    assert await store.list_chats() == []
+
+
+async def test_a_save_never_waits_for_the_whole_prune(store: SqlContextStore) -> None:
+    """A writer of another chat gets its turn between two batches of a long prune: it is done
+    while the prune still runs."""
+    ids = await _old_chats(store, 12, 200)
+    progress: list[int] = []
+    first = asyncio.Event()
+
+    def note(done: int, _total: int) -> None:
+        progress.append(done)
+        first.set()
+
+    prune = asyncio.create_task(store.prune(older_than=timedelta(days=30), progress=note))
+    await first.wait()  # the first batch is done
+    writer = ContextEngine(store=store, chat_id="busy", user_id="u")
+    writer.set(user("written meanwhile"))
+    await writer.save()
+    assert not prune.done() and progress[-1] < len(ids)
+    report = await prune
+    assert len(report.chat_ids) == len(ids)
+    assert [c.id for c in await store.list_chats()] == ["busy"]
+
+
+async def test_erase_user_in_batches_keeps_exact_receipts(store: SqlContextStore) -> None:
+    ids = await _old_chats(store, 9, 150, user_id="leaving")
+    await _chat_with_everything(store, "stays", "zed")
+    before = await _counts(store)
+    commits = _commits(store)
+    receipt = await store.erase_user("leaving")
+    assert sorted(receipt.chat_ids) == sorted(ids)
+    assert commits[0] >= 3
+    after = await _counts(store)
+    assert {t: before[t] - after[t] for t in TABLES} == receipt.deleted
+    assert [c.id for c in await store.list_chats()] == ["stays"]
+
+
+async def test_purge_deletes_in_batches_and_a_rewind_meanwhile_is_kept(
+    store: SqlContextStore,
+) -> None:
+    """A purge's first transaction makes the unreachable messages so for good; batches then
+    delete them. A message reached again meanwhile (a rewind to it between two batches) makes
+    the purge plan again: it stays, with what it needs."""
+    await store.create_chat("c", user_id="u")
+    await store.add_messages(chain("c", 1500, prefix="c-"))
+    await store.create_branch("c", "side", head_message_id="c-1499")
+    main = await store.get_active_branch("c")
+    assert main is not None
+    await store.update_branch_head(main.id, "c-9", main.head_message_id)
+    assert await store.delete_branch("c", "side")
+    progress: list[tuple[int, int]] = []
+    rewound = asyncio.Event()
+
+    def on_progress(done: int, total: int) -> None:
+        progress.append((done, total))
+        if len(progress) == 1:
+            asyncio.get_running_loop().create_task(reach())
+
+    async def reach() -> None:
+        await store.create_checkpoint("c", "late", "c-800")
+        rewound.set()
+
+    report = await store.purge("c", progress=on_progress)
+    assert rewound.is_set()
+    kept = {m.id for m in await store.get_message_chain("c-800")}
+    assert len(kept) == 801
+    assert report.kept_messages >= 801
+    assert (await store.get_message("c-1499")) is None
+    assert (await _counts(store))["messages"] == 801
+    assert len(progress) >= 2

@@ -657,21 +657,31 @@ class Retention(Protocol):
 
     @abc.abstractmethod
     async def prune(
-        self, *, older_than: datetime | timedelta, user_id: str | None = None
+        self,
+        *,
+        older_than: datetime | timedelta,
+        user_id: str | None = None,
+        progress: Callable[[int, int], object] | None = None,
     ) -> PruneReport:
         """Delete the chats whose last activity is before ``older_than`` (a moment, or an age
-        such as ``timedelta(days=90)``), only ``user_id``'s when given, in one transaction.
+        such as ``timedelta(days=90)``), only ``user_id``'s when given.
 
         Each goes with everything it holds (messages, search entries, branches, checkpoints,
-        compactions, snapshots, resolve records) and the blobs no other chat refers to. A chat
-        written meanwhile is read again once its writer commits, and kept if it is active
-        again. Returns a `PruneReport` naming the chats and counting the rows per table.
+        compactions, snapshots, resolve records) and the blobs no other chat refers to. Whole
+        chats are deleted a batch at a time, each batch its own short transaction, so writers
+        never wait for the whole run; ``progress(done, total)`` is called after each batch
+        (chats). A chat written meanwhile is read again once its writer commits, and kept if
+        it is active again. A run cut short has deleted whole chats only; running it again
+        finishes. Returns a `PruneReport` naming the chats and counting the rows per table.
         """
 
     @abc.abstractmethod
-    async def purge(self, chat_id: str) -> PurgeReport:
+    async def purge(
+        self, chat_id: str, *, progress: Callable[[int, int], object] | None = None
+    ) -> PurgeReport:
         """Delete the messages of a chat that no branch head, checkpoint or compaction tail
-        reaches any more, in one transaction.
+        reaches any more: one transaction makes them unreachable for good, then short ones
+        delete them a batch at a time (``progress(done, total)``, in messages, after each).
 
         Those are the messages only deleted branches reached, and the prefix a compaction
         folded once every branch and checkpoint through it is compacted past it (the
@@ -683,11 +693,14 @@ class Retention(Protocol):
         """
 
     @abc.abstractmethod
-    async def erase_user(self, user_id: str) -> ErasureReport:
+    async def erase_user(
+        self, user_id: str, *, progress: Callable[[int, int], object] | None = None
+    ) -> ErasureReport:
         """Delete every chat of ``user_id`` with all its rows, and every blob only those chats
-        used (blobs shared with other users' chats stay), in one transaction. Returns the
-        receipt: the chat ids removed and the rows deleted per table. A user with no chats
-        gets an empty receipt.
+        used (blobs shared with other users' chats stay), whole chats a batch at a time, each
+        batch its own short transaction (``progress(done, total)``, in chats, after each).
+        Returns the receipt: the chat ids removed and the rows deleted per table. A user with
+        no chats gets an empty receipt; a run cut short is finished by running it again.
         """
 
 

@@ -651,29 +651,32 @@ class SqlContextStore(ContextStore):
     # --- retention, erasure and copies -------------------------------------------------------
 
     async def prune(
-        self, *, older_than: datetime | timedelta, user_id: str | None = None
-    ) -> PruneReport:
+        self, *, older_than: datetime | timedelta, user_id: str | None = None,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> PruneReport:  # fmt: skip
         cutoff = _retention.check_cutoff(older_than)
         v.check_optional_id(user_id, "user_id")
-        report: PruneReport = await self.db.run(
-            "write", unit(_retention.prune, self._dialect, cutoff, user_id)
+        return await _retention.prune(
+            self.db, self._dialect, cutoff, user_id, v.check_callback(progress, "progress")
         )
-        forget_everywhere(*report.chat_ids)
-        return report
 
-    async def purge(self, chat_id: str) -> PurgeReport:
+    async def purge(
+        self, chat_id: str, *, progress: Callable[[int, int], object] | None = None
+    ) -> PurgeReport:
         v.check_id(chat_id, "chat_id")
-        write = unit(_retention.purge, self._dialect, chat_id)
-        report: PurgeReport = await self.db.run("write", write, chat=chat_id)
+        report = await _retention.purge(
+            self.db, self._dialect, chat_id, v.check_callback(progress, "progress")
+        )
         forget_everywhere(chat_id)
         return report
 
-    async def erase_user(self, user_id: str) -> ErasureReport:
+    async def erase_user(
+        self, user_id: str, *, progress: Callable[[int, int], object] | None = None
+    ) -> ErasureReport:
         v.check_id(user_id, "user_id")
-        write = unit(_retention.erase_user, self._dialect, user_id)
-        report: ErasureReport = await self.db.run("write", write)
-        forget_everywhere(*report.chat_ids)
-        return report
+        return await _retention.erase_user(
+            self.db, self._dialect, user_id, v.check_callback(progress, "progress")
+        )
 
     async def copy_chat(
         self, source_id: str, new_chat_id: str, *, up_to: str | None = None,

@@ -350,7 +350,12 @@ class Dialect(abc.ABC):
     def tidy_search_index(self, conn: Connection, deleted: int) -> None:  # noqa: B027 - optional
         """After ``deleted`` messages were removed in bulk (a prune, an erasure, a purge): give
         back the space their entries held in a search index kept apart from their rows, with
-        work bounded by ``deleted``."""
+        work bounded by ``deleted`` (never a merge of the whole index)."""
+
+    def retention_pause(self, took: float) -> float:
+        """Seconds a retention run waits between two batches, after one that took ``took``
+        seconds: none where writers of other chats do not wait for a batch anyway."""
+        return 0.0
 
 
 class AppendRefused(Exception):

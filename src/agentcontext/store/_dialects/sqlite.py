@@ -419,13 +419,21 @@ class SqliteDialect(Dialect):
 
     def tidy_search_index(self, conn: Connection, deleted: int) -> None:
         # A contentless FTS5 table keeps a deleted row's entries as tombstones until its
-        # segments merge. A negative 'merge' merges now, doing at most that many pages of work
-        # (a few KiB each): the space held for the deleted rows comes back at the next VACUUM.
+        # segments merge. A 'merge' of N pages (a few KiB each) does at most that much work of
+        # the merging that writes do anyway (automerge), so the space comes back as the index
+        # is written to, a little at a time, at a cost bounded by what was deleted: a deleted
+        # message's terms are a few hundred bytes. (A negative N, a merge of every segment,
+        # would cost what the whole index holds.)
         if deleted > 0:
-            pages = -max(500, deleted // 50)
+            pages = max(4, deleted // 16)
             conn.exec_driver_sql(
                 "INSERT INTO messages_fts (messages_fts, rank) VALUES ('merge', ?)", (pages,)
             )
+
+    def retention_pause(self, took: float) -> float:
+        # One writer at a time, other processes included: their busy handler polls a few
+        # milliseconds apart, so a run leaves the file alone between batches long enough.
+        return min(0.05, max(0.01, took / 2))
 
     def _candidates(self, scope: ColumnElement[bool]) -> Select[Any]:
         fts = table("messages_fts", column("rowid", Integer))

@@ -1,6 +1,15 @@
 """Retention and erasure: pruning chats by last activity, erasing a user, purging the history
-nothing reaches any more. Plain functions of a connection, each run as one write transaction;
-arguments are checked by the caller.
+nothing reaches any more. Arguments are checked by the caller.
+
+Retention works in short transactions, so that writers never wait for a whole run: `prune`
+and `erase_user` delete whole chats a batch at a time, each batch its own transaction (a
+batch holds as many chats as about `BATCH_SECONDS` of work deletes, measured as it goes; a chat
+larger than that is a batch of its own), and `purge` deletes a chat's unreachable messages a
+batch at a time after one transaction that makes its kept parts whole. A run cut short
+(cancelled, or a connection lost) has deleted whole chats or none of one, and running it again
+finishes the job; each report counts what its run deleted. Between batches the run yields for a
+moment (`Dialect.retention_pause`), so that a writer of a database with one writer at a time
+(SQLite, another process included) gets its turn.
 
 A purge keeps, for every branch head and checkpoint, what resolving it needs: the chain after
 the deepest compaction on it, the compaction point itself and its summary, or the whole chain
@@ -12,14 +21,21 @@ below it count from 1 again, so every stored chain stays whole.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, delete, exists, select, update
 
 from agentcontext import _validate as v
-from agentcontext.errors import ChatNotFoundError, InvalidInputError, InvalidTypeError
+from agentcontext.errors import (
+    ChatNotFoundError,
+    InvalidInputError,
+    InvalidTypeError,
+    StoreError,
+)
+from agentcontext.store._db.database import Database, unit
 from agentcontext.store._db.schema import blobs as BL
 from agentcontext.store._db.schema import branches as B
 from agentcontext.store._db.schema import chats as C
@@ -30,12 +46,31 @@ from agentcontext.store._db.schema import resolve_records as RR
 from agentcontext.store._db.schema import snapshot_items as SI
 from agentcontext.store._db.schema import snapshots as SN
 from agentcontext.store._dialects import Dialect
+from agentcontext.store._memory import forget_everywhere
 from agentcontext.store._ops import branches as _branches
 from agentcontext.store._ops import chats as _chats
 from agentcontext.store._ops.messages import IN_CHUNK, stored_terms_of
-from agentcontext.store.records import ErasureReport, PruneReport, PurgeReport, utcnow
+from agentcontext.store.records import ChatInfo, ErasureReport, PruneReport, PurgeReport, utcnow
 
-__all__ = ["TABLES", "check_cutoff", "delete_chats", "drop_blobs", "erase_user", "prune", "purge"]
+__all__ = [
+    "BATCH_SECONDS",
+    "TABLES",
+    "Progress",
+    "check_cutoff",
+    "delete_chats",
+    "drop_blobs",
+    "erase_user",
+    "prune",
+    "purge",
+]
+
+Progress = Callable[[int, int], object]
+"""Called after each batch with what is done and the whole (chats, or messages for a purge)."""
+
+BATCH_SECONDS = 0.04
+"""The work one batch of a retention run aims at: the longest a writer waits for it."""
+_FIRST_BUDGET = 500
+"""Messages the first batch deletes at most (later ones follow the time they take)."""
 
 TABLES = (
     "chats",
@@ -121,26 +156,114 @@ def check_cutoff(older_than: object) -> datetime:
     return v.check_timestamp(older_than, "older_than").astimezone(UTC)
 
 
-def _locked_ids(conn: Connection, *where: Any) -> list[str]:
-    """The ids of the chats matching ``where``, their rows locked for this transaction (a
-    chat written meanwhile is read again after its writer commits, and skipped when it no
-    longer matches)."""
-    query = select(C.c.id).where(*where).order_by(C.c.updated_at, C.c.id).with_for_update()
-    return list(conn.scalars(query))
+def _where(cutoff: datetime | None, user_id: str | None) -> list[Any]:
+    where: list[Any] = []
+    if cutoff is not None:
+        where.append(C.c.updated_at < cutoff)
+    if user_id is not None:
+        where.append(C.c.user_id == user_id)
+    return where
 
 
-def prune(conn: Connection, dialect: Dialect, cutoff: datetime, user_id: str | None) -> PruneReport:
-    """Delete the chats (of ``user_id``, or everyone's) with no activity since ``cutoff``."""
-    where = [C.c.updated_at < cutoff] + ([C.c.user_id == user_id] if user_id is not None else [])
-    ids = _locked_ids(conn, *where)
-    chats = []
-    for chunk in _chunks(ids):
+def _candidates(
+    conn: Connection, cutoff: datetime | None, user_id: str | None
+) -> list[tuple[str, int]]:
+    """The chats a run deletes (as they are now), oldest activity first, with their sizes."""
+    query = (
+        select(C.c.id, C.c.message_count)
+        .where(*_where(cutoff, user_id))
+        .order_by(C.c.updated_at, C.c.id)
+    )
+    return [(chat_id, int(count)) for chat_id, count in conn.execute(query)]
+
+
+def _delete_batch(
+    conn: Connection,
+    dialect: Dialect,
+    ids: Sequence[str],
+    cutoff: datetime | None,
+    user_id: str | None,
+) -> tuple[list[ChatInfo], dict[str, int]]:
+    """Delete those of ``ids`` that still match, whole (write transaction): their rows are
+    locked first, so a chat written meanwhile is read again after its writer commits and
+    kept when it no longer matches. The chats as they were, and the rows deleted per table."""
+    locked = list(
+        conn.scalars(
+            select(C.c.id)
+            .where(C.c.id.in_(list(ids)), *_where(cutoff, user_id))
+            .order_by(C.c.updated_at, C.c.id)
+            .with_for_update()
+        )
+    )
+    chats: list[ChatInfo] = []
+    if locked:
         query = _chats.list_query(
             dialect, user_id=user_id, metadata=None, limit=None, offset=0, older_than=cutoff
         )
-        chats += _chats.list_chats(conn, query.where(query.selected_columns.id.in_(chunk)))
+        chats = _chats.list_chats(conn, query.where(query.selected_columns.id.in_(locked)))
+    return chats, delete_chats(conn, dialect, [chat.id for chat in chats])
+
+
+async def delete_matching(
+    db: Database,
+    dialect: Dialect,
+    cutoff: datetime | None,
+    user_id: str | None,
+    progress: Progress | None = None,
+) -> tuple[list[ChatInfo], dict[str, int]]:
+    """Delete the chats with no activity since ``cutoff`` (None: any) of ``user_id`` (None:
+    anyone's), whole, a batch at a time (see the module's documentation). The chats deleted
+    (newest activity first) and the rows deleted per table."""
+    found = await db.run("read", unit(_candidates, cutoff, user_id))
+    total = len(found)
+    chats: list[ChatInfo] = []
+    counts = dict.fromkeys(TABLES, 0)
+    budget = _FIRST_BUDGET
+    loop = asyncio.get_running_loop()
+    start = 0
+    while start < total:
+        end, size = start, 0
+        while end < total and (end == start or size + found[end][1] <= budget):
+            size += found[end][1]
+            end += 1
+        began = loop.time()
+        batch = [chat_id for chat_id, _ in found[start:end]]
+        deleted, rows = await db.run(
+            "write", unit(_delete_batch, dialect, batch, cutoff, user_id), chat=batch
+        )
+        took = loop.time() - began
+        forget_everywhere(*(chat.id for chat in deleted))
+        chats += deleted
+        for table, count in rows.items():
+            counts[table] += count
+        start = end
+        if progress is not None:
+            progress(start, total)
+        budget = _next_budget(budget, size, took)
+        if start < total:
+            await asyncio.sleep(dialect.retention_pause(took))
     chats.sort(key=lambda chat: (chat.updated_at, chat.id), reverse=True)
-    counts = delete_chats(conn, dialect, [chat.id for chat in chats])
+    return chats, counts
+
+
+def _next_budget(budget: int, size: int, took: float) -> int:
+    """The messages the next batch may delete: as many as `BATCH_SECONDS` took at the rate
+    this batch ran at, at most twice as many as before (or half as many)."""
+    if size <= 0 or took <= 0:
+        return min(budget * 2, 100_000)
+    aimed = int(size * BATCH_SECONDS / took)
+    return max(50, min(aimed, budget * 2, 100_000))
+
+
+async def prune(
+    db: Database,
+    dialect: Dialect,
+    cutoff: datetime,
+    user_id: str | None,
+    progress: Progress | None = None,
+) -> PruneReport:
+    """Delete the chats (of ``user_id``, or everyone's) with no activity since ``cutoff``."""
+    chats, counts = await delete_matching(db, dialect, cutoff, user_id, progress)
     return PruneReport(
         older_than=cutoff,
         user_id=user_id,
@@ -151,10 +274,12 @@ def prune(conn: Connection, dialect: Dialect, cutoff: datetime, user_id: str | N
     )
 
 
-def erase_user(conn: Connection, dialect: Dialect, user_id: str) -> ErasureReport:
+async def erase_user(
+    db: Database, dialect: Dialect, user_id: str, progress: Progress | None = None
+) -> ErasureReport:
     """Delete every chat of ``user_id`` with all its rows, and the blobs only they used."""
-    ids = _locked_ids(conn, C.c.user_id == user_id)
-    counts = delete_chats(conn, dialect, ids)
+    chats, counts = await delete_matching(db, dialect, None, user_id, progress)
+    ids = [chat.id for chat in reversed(chats)]  # oldest activity first
     return ErasureReport(user_id=user_id, chat_ids=ids, deleted=counts, erased_at=utcnow())
 
 
@@ -186,9 +311,19 @@ def _kept(nodes: dict[str, tuple[str | None, int, str]], targets: Iterable[str])
     return kept
 
 
-def purge(conn: Connection, dialect: Dialect, chat_id: str) -> PurgeReport:
-    """Delete the messages of the chat no branch head, checkpoint or compaction tail
-    reaches (write transaction)."""
+class _Reached(Exception):
+    """Internal: a message about to be purged is reached again (a branch, a checkpoint or a
+    new message points at it since the plan was made): the plan is made again."""
+
+
+def _purge_plan(
+    conn: Connection, dialect: Dialect, chat_id: str
+) -> tuple[list[str], int, int, datetime | None]:
+    """The first transaction of a purge: the messages no branch head, checkpoint or compaction
+    tail reaches (deepest first), made unreachable for good: the links of snapshots and resolve
+    records to them cleared, each kept part whose parent goes made a root (its depths counted
+    from 1 again), the chat's version moved and its purge time set. Also how many messages are
+    kept, how many links were cleared, and the purge time."""
     dialect.lock_chat(conn, chat_id)
     purged_at = conn.scalar(select(C.c.purged_at).where(C.c.id == chat_id))
     if not _chats.exists(conn, chat_id):
@@ -208,30 +343,81 @@ def purge(conn: Connection, dialect: Dialect, chat_id: str) -> PurgeReport:
         *conn.scalars(select(K.c.message_id).where(K.c.chat_id == chat_id)),
     ]
     kept = _kept(nodes, targets)
-    gone = sorted((i for i in nodes if i not in kept), key=lambda i: -nodes[i][1])
+    gone = sorted((i for i in nodes if i not in kept), key=lambda i: (-nodes[i][1], i))
     detached = 0
     if gone:
         detached = _detach(conn, gone)
         _rebase(conn, nodes, kept)
-        _delete_messages(conn, dialect, gone)
-        dialect.tidy_search_index(conn, len(gone))
         purged_at = utcnow()
         conn.execute(
-            update(C)
-            .where(C.c.id == chat_id)
-            .values(
-                version=C.c.version + 1,
-                message_count=C.c.message_count - len(gone),
-                purged_at=purged_at,
-            )
+            update(C).where(C.c.id == chat_id).values(version=C.c.version + 1, purged_at=purged_at)
         )
         _branches.sync_head_depths(conn, chat_id)
-    return PurgeReport(
-        chat_id=chat_id,
-        deleted_messages=len(gone),
-        kept_messages=len(kept),
-        detached=detached,
-        purged_at=purged_at,
+    return gone, len(kept), detached, purged_at
+
+
+def _purge_batch(conn: Connection, dialect: Dialect, chat_id: str, batch: list[str]) -> int:
+    """Delete a batch of a purge's messages (the deepest left; write transaction), unless one
+    of them is reached again (`_Reached`). The links cleared meanwhile."""
+    dialect.lock_chat(conn, chat_id)
+    present = list(conn.scalars(select(M.c.id).where(M.c.id.in_(batch))))
+    if not present:
+        return 0
+    reached = (
+        exists().where(B.c.head_message_id.in_(present))
+        | exists().where(K.c.message_id.in_(present))
+        | exists().where(M.c.parent_id.in_(present), M.c.id.not_in(present))
+    )
+    if conn.scalar(select(reached)):
+        raise _Reached
+    detached = _detach(conn, present)
+    _delete_messages(conn, dialect, present)
+    dialect.tidy_search_index(conn, len(present))
+    conn.execute(
+        update(C).where(C.c.id == chat_id).values(message_count=C.c.message_count - len(present))
+    )
+    return detached
+
+
+async def purge(
+    db: Database, dialect: Dialect, chat_id: str, progress: Progress | None = None
+) -> PurgeReport:
+    """Delete the messages of the chat no branch head, checkpoint or compaction tail
+    reaches: one transaction makes them unreachable for good, then batches delete them,
+    deepest first (see the module's documentation)."""
+    loop = asyncio.get_running_loop()
+    deleted = 0
+    for _attempt in range(3):
+        plan = unit(_purge_plan, dialect, chat_id)
+        gone, kept, detached, purged_at = await db.run("write", plan, chat=chat_id)
+        budget, start = _FIRST_BUDGET, 0
+        try:
+            while start < len(gone):
+                batch = gone[start : start + budget]
+                began = loop.time()
+                detached += await db.run(
+                    "write", unit(_purge_batch, dialect, chat_id, batch), chat=chat_id
+                )
+                took = loop.time() - began
+                start += len(batch)
+                deleted += len(batch)
+                if progress is not None:
+                    progress(start, len(gone))
+                budget = _next_budget(budget, len(batch), took)
+                if start < len(gone):
+                    await asyncio.sleep(dialect.retention_pause(took))
+        except _Reached:
+            continue  # reached again meanwhile: plan again from what is there now
+        return PurgeReport(
+            chat_id=chat_id,
+            deleted_messages=deleted,
+            kept_messages=kept,
+            detached=detached,
+            purged_at=purged_at,
+        )
+    raise StoreError(
+        f"purge of chat {chat_id!r} did not finish: its messages kept being reached again "
+        "while it ran (a rewind or checkpoint to them); run it again"
     )
 
 
