@@ -217,3 +217,28 @@ def test_search_usage_errors(tmp_path: Path) -> None:
     result = run_cli("--url", url, "search", "nope", "Lisbon", cwd=tmp_path)
     assert result.returncode == 3
     assert one_error_line(result) == "error: chat 'nope' does not exist"
+
+
+def test_chats_shows_a_page_and_says_how_to_see_more(tmp_path: Path) -> None:
+    """`agentcontext chats` lists 50 chats unless told otherwise, and says (on standard error
+    when piped) the command that shows the next ones; --all lists every chat."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'many.db'}"
+
+    async def seed() -> None:
+        async with SqlContextStore(url) as store:
+            for i in range(57):
+                await store.create_chat(f"c{i:02d}", user_id="u")
+
+    asyncio.run(seed())
+    first = run_cli("--url", url, "chats", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert len(tsv(first.stdout)) == 50
+    hint = next(line for line in first.stderr.splitlines() if line.startswith("More chats:"))
+    cursor = hint.split("--after ", 1)[1].split()[0]
+    rest = run_cli("--url", url, "chats", "--after", cursor, cwd=tmp_path)
+    assert [row["id"] for row in tsv(rest.stdout)] == [f"c{i:02d}" for i in range(6, -1, -1)]
+    assert "More chats" not in rest.stderr
+    everything = run_cli("--url", url, "chats", "--all", cwd=tmp_path)
+    assert len(tsv(everything.stdout)) == 57 and "More chats" not in everything.stderr
+    bad = run_cli("--url", url, "chats", "--after", "nonsense", cwd=tmp_path)
+    assert bad.returncode == 2 and "cursor" in bad.stderr

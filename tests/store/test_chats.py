@@ -130,6 +130,55 @@ async def test_list_chats_pages_cover_everything_once(store: SqlContextStore) ->
     assert await store.list_chats(user_id="u1", limit=0) == []
 
 
+async def test_a_cursor_pages_through_once_while_chats_gain_activity(
+    store: SqlContextStore,
+) -> None:
+    """Paging with ``after=`` (the cursor of the last chat listed) lists every chat that does
+    not move exactly once, whatever others gain activity meanwhile (they go to the top, which
+    the pages already left); ties of activity time are broken by id."""
+    from sqlalchemy import update
+
+    from agentcontext.store._db.schema import chats
+
+    for i in range(23):
+        await store.create_chat(f"c{i:02d}", user_id="u1")
+    async with store.engine.begin() as conn:  # some share one activity time
+        first = await store.get_chat("c00")
+        assert first is not None
+        await conn.execute(
+            update(chats)
+            .where(chats.c.id.in_(["c03", "c04", "c05"]))
+            .values(updated_at=first.updated_at)
+        )
+    seen: list[str] = []
+    after = None
+    moved = []
+    while True:
+        page = await store.list_chats(user_id="u1", limit=4, after=after)
+        if not page:
+            break
+        seen.extend(chat.id for chat in page)
+        after = page[-1].cursor
+        # A chat not listed yet gains activity: it moves to the top, out of the later pages.
+        later = [f"c{i:02d}" for i in range(23) if f"c{i:02d}" not in seen]
+        if later:
+            await store.update_chat(later[0], lambda chat: ChatUpdate())
+            moved.append(later[0])
+    assert len(seen) == len(set(seen))  # nothing listed twice
+    assert set(seen) | set(moved) == {f"c{i:02d}" for i in range(23)}
+    assert not set(seen) & set(moved)  # the moved ones went to the top, above the pages left
+
+
+async def test_bad_cursors_are_refused(store: SqlContextStore) -> None:
+    await store.create_chat("a", user_id="u")
+    with pytest.raises(errors.InvalidInputError, match="cursor"):
+        await store.list_chats(after="not a cursor")
+    with pytest.raises(errors.InvalidTypeError):
+        await store.list_chats(after=42)  # type: ignore[arg-type]
+    cursor = (await store.list_chats())[0].cursor
+    assert await store.list_chats(after=cursor) == []
+
+
 async def test_list_chats_metadata_filter_is_exact_and_typed(store: SqlContextStore) -> None:
     await store.create_chat("s", user_id="u", metadata={"k": "1", "team": "red"})
     await store.create_chat("i", user_id="u", metadata={"k": 1, "team": "red"})

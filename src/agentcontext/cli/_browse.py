@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import shlex
+import sys
 from datetime import datetime
 from typing import Any
 
@@ -98,14 +101,20 @@ def add_view_options(parser: argparse.ArgumentParser, *, depth: bool) -> None:
         )
 
 
+CHATS_PAGE = 50
+"""Chats `agentcontext chats` lists unless told otherwise."""
+
+
 def register(commands: Any) -> None:
     """Add ``chats``, ``show``, ``search`` and ``mermaid`` to the command parsers."""
     chats = commands.add_parser(
         "chats",
         help="list chats as a table, newest activity first",
         description="List chats (id, title, messages, branches, last activity), newest "
-        "activity first. Values of --meta are read as int or bool when they look like one "
-        "(n=3, flag=true); quote them to keep a string (n='\"3\"').",
+        f"activity first: {CHATS_PAGE} at a time unless --limit or --all says otherwise; the "
+        "line after the table says how to see the next ones (--after CURSOR). Values of --meta "
+        "are read as int or bool when they look like one (n=3, flag=true); quote them to keep "
+        "a string (n='\"3\"').",
     )
     chats.add_argument("--user", metavar="USER", help="only this user's chats (default: all)")
     chats.add_argument(
@@ -116,8 +125,17 @@ def register(commands: Any) -> None:
         default=[],
         help="only chats whose metadata has KEY equal to VALUE (repeatable; all must match)",
     )
-    chats.add_argument("--limit", type=non_negative, metavar="N", help="at most N chats")
+    many = chats.add_mutually_exclusive_group()
+    many.add_argument(
+        "--limit", type=non_negative, metavar="N", help=f"at most N chats (default {CHATS_PAGE})"
+    )
+    many.add_argument("--all", action="store_true", help="every chat, however many")
     chats.add_argument("--offset", type=non_negative, default=0, metavar="N", help="skip N")
+    chats.add_argument(
+        "--after",
+        metavar="CURSOR",
+        help="the chats after this one in the list (the cursor the previous page printed)",
+    )
     add_json(chats)
     chats.set_defaults(handler=_chats)
 
@@ -199,15 +217,20 @@ async def require_chat(store: SqlContextStore, chat_id: str) -> Chat:
 
 
 async def _chats(args: argparse.Namespace, env: Env) -> int:
+    limit = None if args.all else CHATS_PAGE if args.limit is None else args.limit
     async with open_store(env) as store:
         chats = await store.list_chats(
             user_id=args.user,
             metadata=dict(args.meta) or None,
-            limit=args.limit,
+            limit=None if limit is None else limit + 1,  # one more: are there more?
             offset=args.offset,
+            after=args.after,
         )
+    more = limit is not None and len(chats) > limit
+    if more:
+        chats = chats[:limit]
     if args.json:
-        env.out.json([chat.model_dump(mode="json") for chat in chats])
+        env.out.json([{**chat.model_dump(mode="json"), "cursor": chat.cursor} for chat in chats])
         return EXIT_OK
     columns = ["id", "title", "messages", "branches", "last activity"]
     if args.user is None:
@@ -220,6 +243,21 @@ async def _chats(args: argparse.Namespace, env: Env) -> int:
             row.insert(1, chat.user_id)
         rows.append(row)
     env.out.table(columns, rows, numeric=("messages", "branches"), whole=("id", "user"))
+    if more:
+        words = ["chats"]
+        if args.user is not None:
+            words += ["--user", shlex.quote(args.user)]
+        for key, value in args.meta:
+            shown = json.dumps(value)
+            words += ["--meta", shlex.quote(f"{key}={shown}")]
+        if args.limit is not None:
+            words += ["--limit", str(args.limit)]
+        words += ["--after", chats[-1].cursor]
+        hint = f"More chats: {env.command(*words)} (or --all for every chat)"
+        if env.out.terminal:
+            env.out.line(hint, style="yellow")
+        else:  # standard output stays a table a program can read
+            sys.stderr.write(hint + "\n")
     return EXIT_OK
 
 

@@ -8,10 +8,11 @@ with aligned columns instead of tabs on a terminal.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
@@ -127,6 +128,37 @@ class Output:
         else:
             for label, value in rows:
                 self.raw(f"{label}: {one_line(value)}\n")
+
+    # --- progress ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def progress(self, what: str) -> Iterator[Callable[[int, int], None]]:
+        """A progress bar for a long run, on standard error (results stay on standard output):
+        rich's bar on a terminal, else a line at each tenth of the way. Yields the callback
+        the run calls with (done, total)."""
+        err = sys.stderr
+        if self.rich and _isatty(err):
+            from rich.console import Console
+            from rich.progress import Progress
+
+            with Progress(console=Console(file=err), transient=True) as bar:
+                task = bar.add_task(what, total=None)
+
+                def show(done: int, total: int) -> None:
+                    bar.update(task, completed=done, total=total)
+
+                yield show
+            return
+        shown = [-1]
+
+        def plain(done: int, total: int) -> None:
+            tenth = 10 * done // total if total else 10
+            if tenth != shown[0]:
+                shown[0] = tenth
+                err.write(f"{what}: {done}/{total}\n")
+                err.flush()
+
+        yield plain
 
     # --- tables and trees -----------------------------------------------------------------------
 

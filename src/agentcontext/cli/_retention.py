@@ -59,8 +59,11 @@ def register(commands: Any) -> None:
         description="Delete every chat (or every chat of --user) whose last activity (the "
         "'last activity' of 'agentcontext chats', moved by every save) is "
         "older than DURATION, such as 90d, 12h, 2w or 1d12h. --dry-run lists them without "
-        "deleting. The chats are deleted in one transaction (store.prune), with the blobs no "
-        "other chat uses; one written meanwhile is kept if it became active again.",
+        "deleting. Whole chats are deleted a batch at a time, each batch a short transaction "
+        "(store.prune), with the blobs no other chat uses, so writers never wait for the whole "
+        "run (a progress bar on standard error says how far it is); one written meanwhile is "
+        "kept if it became active again. Interrupted, it has deleted whole chats only: run it "
+        "again to finish.",
     )
     prune.add_argument(
         "--older-than",
@@ -93,19 +96,21 @@ async def _delete(args: argparse.Namespace, env: Env) -> int:
 async def _prune(args: argparse.Namespace, env: Env) -> int:
     async with open_store(env) as store:
         if not args.dry_run:
-            report = await store.prune(older_than=args.older_than, user_id=args.user)
+            with env.out.progress("pruning chats") as progress:
+                report = await store.prune(
+                    older_than=args.older_than, user_id=args.user, progress=progress
+                )
             _report(args, env, report.older_than, report.chats)
             return EXIT_OK
         cutoff: datetime = utcnow() - args.older_than
         stale: list[ChatInfo] = []
-        offset = 0
+        after: str | None = None
         while True:
-            page = await store.list_chats(user_id=args.user, limit=_PAGE, offset=offset)
+            page = await store.list_chats(user_id=args.user, limit=_PAGE, after=after)
             stale.extend(chat for chat in page if chat.updated_at < cutoff)
-            # Newest activity first: once a page ends with a recent chat, older ones follow.
             if len(page) < _PAGE:
                 break
-            offset += _PAGE
+            after = page[-1].cursor
     _report(args, env, cutoff, stale)
     return EXIT_OK
 

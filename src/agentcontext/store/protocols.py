@@ -557,11 +557,15 @@ class ChatAdmin(Protocol):
         metadata: Mapping[str, str | int | bool] | None = None,
         limit: int | None = None,
         offset: int = 0,
+        after: str | None = None,
     ) -> list[ChatInfo]:
         """Chats, newest activity first (ties broken by id, descending).
 
         ``metadata`` keeps chats whose top-level metadata has every given key with exactly that
-        str, int or bool value.
+        str, int or bool value. ``after`` is a keyset cursor, the `ChatInfo.cursor` of a listed
+        chat: only the chats after it in this order come (``limit`` of them), whatever chats
+        gained activity since; paging with it costs the same at any depth, where ``offset``
+        reads the chats it skips.
         """
 
     @abc.abstractmethod

@@ -89,6 +89,13 @@ class ChatInfo(Chat):
     outside agentcontext), what is wrong with it: the chat is still listed, with the fields it
     could not read set to neutral values (no title, empty metadata, the epoch for a time)."""
 
+    @property
+    def cursor(self) -> str:
+        """Where this chat stands in ``list_chats``' order, as an opaque string: pass it as
+        ``list_chats(after=...)`` for the chats listed after it (a keyset cursor: a page never
+        repeats or skips a chat because others gained activity meanwhile)."""
+        return chat_cursor(self.updated_at, self.id)
+
 
 class ChatUpdate(BaseModel):
     """What ``update_chat``'s updater wants changed.
@@ -414,3 +421,22 @@ class ErasureReport(_Record):
     """Rows deleted per table (``chats``, ``messages``, ``branches``, ``checkpoints``,
     ``snapshots``, ``snapshot_items``, ``resolve_records``, ``record_messages``, ``blobs``)."""
     erased_at: AwareDatetime
+
+
+def chat_cursor(updated_at: datetime, chat_id: str) -> str:
+    """The cursor of a chat last active at ``updated_at`` (see `ChatInfo.cursor`)."""
+    moment = updated_at.astimezone(UTC).isoformat(timespec="microseconds")
+    return base64.urlsafe_b64encode(f"{moment}\n{chat_id}".encode()).decode().rstrip("=")
+
+
+def parse_chat_cursor(cursor: str) -> tuple[datetime, str] | None:
+    """The activity time and chat id of a `chat_cursor`, or None when it is not one."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        moment, chat_id = raw.split("\n", 1)
+        when = datetime.fromisoformat(moment)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if when.tzinfo is None or not chat_id:
+        return None
+    return when.astimezone(UTC), chat_id

@@ -284,16 +284,16 @@ class SqlContextStore(ContextStore):
 
     async def list_chats(
         self, *, user_id: str | None = None, metadata: Mapping[str, str | int | bool] | None = None,
-        limit: int | None = None, offset: int = 0,
+        limit: int | None = None, offset: int = 0, after: str | None = None,
     ) -> list[ChatInfo]:  # fmt: skip
         query = self.list_chats_query(
-            user_id=user_id, metadata=metadata, limit=limit, offset=offset
+            user_id=user_id, metadata=metadata, limit=limit, offset=offset, after=after
         )
         return await self.db.run("read", unit(_chats.list_chats, query))
 
     def list_chats_query(
         self, *, user_id: str | None = None, metadata: Mapping[str, str | int | bool] | None = None,
-        limit: int | None = None, offset: int = 0,
+        limit: int | None = None, offset: int = 0, after: str | None = None,
     ) -> Select[Any]:  # fmt: skip
         """The SQL `list_chats` runs (to show its query plan, for instance)."""
         v.check_optional_id(user_id, "user_id")
@@ -303,6 +303,7 @@ class SqlContextStore(ContextStore):
             metadata=check_metadata_filter(metadata),
             limit=v.check_optional_count(limit, "limit"),
             offset=v.check_count(offset, "offset"),
+            after=_chats.check_cursor(after),
         )
 
     async def delete_chat(self, chat_id: str, *, user_id: str | None = None) -> bool:

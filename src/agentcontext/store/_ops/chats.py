@@ -9,13 +9,14 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Select, delete, func, literal, select, update
+from sqlalchemy import Connection, Select, and_, delete, func, literal, or_, select, update
 
 from agentcontext import _validate as v
 from agentcontext.errors import (
     ChatExistsError,
     ChatNotFoundError,
     CorruptDataError,
+    InvalidInputError,
     InvalidTypeError,
     MessageNotFoundError,
     StoreError,
@@ -32,7 +33,14 @@ from agentcontext.store._db.schema import snapshots as SN
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._rows import decode as _rows
 from agentcontext.store._rows.checks import new_id
-from agentcontext.store.records import PURGED, Chat, ChatInfo, ChatUpdate, utcnow
+from agentcontext.store.records import (
+    PURGED,
+    Chat,
+    ChatInfo,
+    ChatUpdate,
+    parse_chat_cursor,
+    utcnow,
+)
 
 _log = logging.getLogger("agentcontext.store")
 T = TypeVar("T")
@@ -204,10 +212,18 @@ def list_query(
     limit: int | None,
     offset: int,
     older_than: datetime | None = None,
+    after: tuple[datetime, str] | None = None,
 ) -> Select[Any]:
     """The SQL of ``list_chats``: the page first (an index walk on (user_id, updated_at, id)),
-    then the branch counts of its rows only. Message counts are kept on the chat row."""
+    then the branch counts of its rows only. Message counts are kept on the chat row.
+    ``after``: only the chats that come after that ``(updated_at, id)`` in the order (a
+    keyset cursor)."""
     page = select(*CHAT_COLS, C.c.message_count).order_by(C.c.updated_at.desc(), C.c.id.desc())
+    if after is not None:
+        moment, chat_id = after
+        page = page.where(
+            or_(C.c.updated_at < moment, and_(C.c.updated_at == moment, C.c.id < chat_id))
+        )
     if user_id is not None:
         page = page.where(C.c.user_id == user_id)
     if metadata:
@@ -223,6 +239,24 @@ def list_query(
         select(func.count()).select_from(B).where(B.c.chat_id == rows.c.id).scalar_subquery()
     )
     return select(*rows.c, branch_count).order_by(rows.c.updated_at.desc(), rows.c.id.desc())
+
+
+def check_cursor(after: object) -> tuple[datetime, str] | None:
+    """A ``list_chats(after=...)`` cursor, checked: `ChatInfo.cursor` of a listed chat."""
+    if after is None:
+        return None
+    if not isinstance(after, str):
+        raise InvalidTypeError(
+            f"after must be a str (ChatInfo.cursor of a listed chat), got {v.type_name(after)}"
+        )
+    found = parse_chat_cursor(after) if len(after) <= 1024 else None
+    if found is None:
+        shown = after if len(after) <= 40 else after[:40] + "…"
+        raise InvalidInputError(
+            f"after={shown!r} is not a cursor of list_chats; pass the cursor of a chat it "
+            "listed (ChatInfo.cursor)"
+        )
+    return found
 
 
 def list_chats(conn: Connection, query: Select[Any]) -> list[ChatInfo]:
@@ -310,6 +344,7 @@ def delete_rows(conn: Connection, dialect: Dialect, chat_id: str) -> dict[str, i
 
 __all__ = [
     "CHAT_COLS",
+    "check_cursor",
     "checked_new",
     "create",
     "delete_chat",
