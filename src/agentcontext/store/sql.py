@@ -1,11 +1,10 @@
 """SqlContextStore: the conversation graph in SQLite or PostgreSQL through SQLAlchemy async.
 
-A facade: each method checks its arguments and calls one function of a concern module
-(``_chats``, ``_messages``, ``_chain``, ``_branches``, ``_appends``, ``_checkpoints``,
-``_snapshots``, ``_search``, ``_graph``, ``_pages``, ``_transfer``) — a plain function of a
-connection run as one unit of work on the store's `Database`, or an async policy of that
-module (a retry, a choice of write path) built on such units. What differs between databases
-lives on the dialect object (``_dialects``). The methods' documentation is `ContextStore`'s.
+A facade: each method checks its arguments and calls one function of a concern module of
+``_ops`` — a plain function of a connection run as one unit of work on the store's `Database`,
+or an async policy of that module (a retry, a choice of write path, batches) built on such
+units. What differs between databases lives on the dialect object (``_dialects``); the
+methods' documentation is on the capability protocols (``protocols``).
 """
 
 from __future__ import annotations
@@ -98,12 +97,8 @@ class SqlContextStore(ContextStore):
             safely when several processes start at once; ``False`` only checks it and raises
             `SchemaOutdatedError` naming the command to run.
 
-    The other options are keyword-only and typed: ``pool_size``, ``max_overflow``,
-    ``pool_timeout``, ``pool_recycle``, ``connect_timeout``, ``command_timeout``,
-    ``pgbouncer``, ``sqlite_busy_timeout``, ``sqlite_synchronous``, ``schema``, ``read_replicas``,
-    ``replica_wait``, ``lock_timeout``, ``cache_bytes``, ``echo``, ``connect_args``,
-    ``engine_options``.
-    The options are described in `StoreOptions`; an unknown one is an `InvalidInputError`.
+    The other options are keyword-only and typed (see `StoreOptions`, where each is described;
+    an unknown one is an `InvalidInputError`).
 
     Use it as an async context manager, or call `initialize` and `close`:
 
