@@ -17,7 +17,7 @@ import asyncio
 import os
 
 from alembic import context
-from sqlalchemy import Connection
+from sqlalchemy import Connection, make_url
 
 from agentcontext.store._db import migrate as _migrate
 from agentcontext.store._db.schema import VERSION_TABLE, Base
@@ -59,14 +59,15 @@ def _schema() -> str | None:
 
 def run_migrations_offline() -> None:
     """Emit SQL to stdout (``alembic upgrade head --sql``)."""
+    url = _url()
     context.configure(
-        url=_url(),
+        url=url,
         target_metadata=target_metadata,
         literal_binds=True,
         version_table=VERSION_TABLE,
         version_table_schema=_schema(),
-        include_name=_migrate.include_name,
         dialect_opts={"paramstyle": "named"},
+        **_migrate.comparison_options(make_url(url).get_dialect().name),
     )
     with context.begin_transaction():
         context.run_migrations()
@@ -79,8 +80,8 @@ def do_run_migrations(connection: Connection) -> None:
         target_metadata=target_metadata,
         version_table=VERSION_TABLE,
         version_table_schema=_schema(),
-        include_name=_migrate.include_name,
         compare_type=True,
+        **_migrate.comparison_options(connection.dialect.name),
         render_as_batch=connection.dialect.name == "sqlite",
     )
     with context.begin_transaction():

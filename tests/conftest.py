@@ -1,9 +1,12 @@
-"""Shared fixtures: every store test runs against a real SQLite file and a real PostgreSQL.
+"""Shared fixtures: every store test runs against a real SQLite file, a real PostgreSQL and
+a real MariaDB.
 
 PostgreSQL comes from ``AGENTCONTEXT_TEST_POSTGRES_URL`` (an admin URL used to create the test
-databases; default ``postgresql+asyncpg://postgres@127.0.0.1:5432/postgres``). Without a
-reachable server the PostgreSQL tests are skipped with the reason shown, except when
-``CI=true``: then they fail.
+databases; default ``postgresql+asyncpg://postgres@127.0.0.1:5432/postgres``), MariaDB (or
+MySQL) from ``AGENTCONTEXT_TEST_MARIADB_URL`` (default
+``mysql+asyncmy://root@127.0.0.1:3306/``; its user creates and drops databases). Without a
+reachable server its tests are skipped with the reason shown, except when ``CI=true``: then
+they fail.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from sqlalchemy.engine import make_url
 from agentcontext.store import SqlContextStore
 
 DEFAULT_PG = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
-BACKENDS = ["sqlite", "postgres"]
+DEFAULT_MARIADB = "mysql+asyncmy://root@127.0.0.1:3306/"
+BACKENDS = ["sqlite", "postgres", "mariadb"]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -199,11 +203,150 @@ def through_pgbouncer(url: str, port: int) -> str:
     )
 
 
+# --- MariaDB / MySQL --------------------------------------------------------------------------
+
+
+def mariadb_admin_url() -> str:
+    return os.environ.get("AGENTCONTEXT_TEST_MARIADB_URL", DEFAULT_MARIADB)
+
+
+async def _my_exec(url: str, *statements: str, results: bool = False) -> list[Any]:
+    """Run statements on a connection of their own: the last one's rows (``results``: every
+    statement's)."""
+    import asyncmy
+
+    given = make_url(url)
+    conn = await asyncmy.connect(
+        host=given.host or "127.0.0.1",
+        port=given.port or 3306,
+        user=given.username or "root",
+        password=given.password or "",
+        database=given.database or None,
+        connect_timeout=5,
+        autocommit=True,
+    )
+    found: list[Any] = []
+    try:
+        async with conn.cursor() as cursor:
+            for statement in statements:
+                await cursor.execute(statement)
+                found.append(list(await cursor.fetchall() or []))
+    finally:
+        conn.close()
+    return found if results else found[-1]
+
+
+_my_state: dict[str, str | None] = {}
+
+
+def mariadb_unavailable() -> str | None:
+    """None when MariaDB answers, else the reason (checked once per session)."""
+    if "reason" not in _my_state:
+        try:
+            run_sync(lambda: _my_exec(mariadb_admin_url(), "SELECT 1"))
+            _my_state["reason"] = None
+        except Exception as exc:
+            _my_state["reason"] = (
+                f"MariaDB is not reachable at "
+                f"{make_url(mariadb_admin_url()).render_as_string()}: {type(exc).__name__}: {exc}"
+            )
+    return _my_state["reason"]
+
+
+def require_mariadb() -> None:
+    reason = mariadb_unavailable()
+    if reason is None:
+        return
+    if IN_CI:
+        pytest.fail(f"CI=true but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def create_mariadb_database(prefix: str = "actest") -> str:
+    """Create an empty MariaDB database; returns its asyncmy URL."""
+    require_mariadb()
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    run_sync(lambda: _my_exec(mariadb_admin_url(), f"CREATE DATABASE `{name}`"))
+    return make_url(mariadb_admin_url()).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_mariadb_database(url: str) -> None:
+    name = make_url(url).database
+    run_sync(lambda: _my_exec(mariadb_admin_url(), f"DROP DATABASE IF EXISTS `{name}`"))
+
+
+@contextmanager
+def fresh_mariadb_database(prefix: str = "actest") -> Iterator[str]:
+    url = create_mariadb_database(prefix)
+    try:
+        yield url
+    finally:
+        drop_mariadb_database(url)
+
+
+@pytest.fixture(scope="session")
+def mariadb_session_url() -> Iterator[str]:
+    """One migrated MariaDB database for the whole session (tables emptied per test)."""
+    url = create_mariadb_database("acsession")
+
+    async def migrate() -> None:
+        async with SqlContextStore(url):
+            pass
+
+    run_sync(migrate)
+    yield url
+    drop_mariadb_database(url)
+
+
+async def _truncate_mariadb(url: str) -> None:
+    name = make_url(url).database
+    rows = await _my_exec(
+        url,
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = "
+        f"'{name}' AND table_name <> 'agentcontext_version' AND table_rows IS NOT NULL",
+    )
+    statements = ["SET FOREIGN_KEY_CHECKS = 0"]
+    statements += [f"TRUNCATE TABLE `{row[0]}`" for row in rows]
+    await _my_exec(url, *statements, "SET FOREIGN_KEY_CHECKS = 1")
+
+
+@contextmanager
+def fresh_database(backend: str, prefix: str = "actest") -> Iterator[str]:
+    """An empty database of a server backend (``postgres`` or ``mariadb``)."""
+    if backend == "mariadb":
+        with fresh_mariadb_database(prefix) as url:
+            yield url
+    else:
+        with fresh_pg_database(prefix) as url:
+            yield url
+
+
+def require_backend(name: str) -> None:
+    """Skip (or fail under CI) when the server of a backend does not answer."""
+    if name in ("postgres", "pgbouncer"):
+        require_postgres()
+    elif name == "mariadb":
+        require_mariadb()
+
+
+def session_url(backend: str, request: pytest.FixtureRequest, *, empty: bool = True) -> str:
+    """The session's migrated database of a server backend (``postgres``, ``pgbouncer``
+    excepted, or ``mariadb``), emptied first unless ``empty`` is false."""
+    if backend == "mariadb":
+        url: str = request.getfixturevalue("mariadb_session_url")
+        if empty:
+            run_sync(lambda: _truncate_mariadb(url))
+        return url
+    url = request.getfixturevalue("pg_session_url")
+    if empty:
+        run_sync(lambda: _truncate_all(url))
+    return url
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     name: str = request.param
-    if name in ("postgres", "pgbouncer"):
-        require_postgres()
+    require_backend(name)
     return name
 
 
@@ -212,8 +355,7 @@ def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> s
     """A database URL with an empty agentcontext schema (or no schema yet, for SQLite)."""
     if backend == "sqlite":
         return f"sqlite+aiosqlite:///{tmp_path / 'store.db'}"
-    url: str = request.getfixturevalue("pg_session_url")
-    run_sync(lambda: _truncate_all(url))
+    url = session_url("postgres" if backend == "pgbouncer" else backend, request)
     if backend == "pgbouncer":
         return through_pgbouncer(url, request.getfixturevalue("pgbouncer_port"))
     return url

@@ -13,6 +13,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
+from agentcontext.store._db.migrate import applies
+
 revision: str = "0001"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
@@ -50,6 +52,8 @@ SQLITE_FTS_DROP = [
 
 
 def upgrade() -> None:
+    if not applies(revision):
+        return
     dialect = op.get_bind().dialect.name
     op.create_table(
         "chats",
@@ -150,6 +154,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if not applies(revision):
+        return
     dialect = op.get_bind().dialect.name
     if dialect == "postgresql":
         op.drop_index("ix_messages_search_text_tsv", table_name="messages")

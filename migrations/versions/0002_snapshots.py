@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from agentcontext.store._db.migrate import applies
+
 # Frozen copy of the timestamp type at this revision (see 0001).
 TIMESTAMP = sa.DateTime(timezone=True).with_variant(sa.String(32), "sqlite")
 
@@ -22,6 +24,8 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    if not applies(revision):
+        return
     op.create_table(
         "blobs",
         sa.Column("hash", sa.String(length=64), nullable=False),
@@ -133,6 +137,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if not applies(revision):
+        return
     op.drop_index("ix_snapshot_items_blob_hash", table_name="snapshot_items")
     op.drop_table("snapshot_items")
     op.drop_index("ix_record_messages_blob_hash", table_name="record_messages")

@@ -24,6 +24,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 from agentcontext._validate import loads
+from agentcontext.store._db.migrate import applies
 from agentcontext.store._rows.signatures import signature as _signature
 from agentcontext.store._rows.text import search_text
 from agentcontext.store._rows.tokenizer import tokens
@@ -123,6 +124,8 @@ def _tokens(data: str | None) -> list[str]:
 
 
 def upgrade() -> None:
+    if not applies(revision):
+        return
     connection = op.get_bind()
     if connection.dialect.name == "sqlite":
         for statement in OLD_SQLITE_FTS_DROP:
@@ -165,6 +168,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if not applies(revision):
+        return
     connection = op.get_bind()
     if connection.dialect.name == "sqlite":
         op.execute("DROP TRIGGER IF EXISTS message_appends_insert")

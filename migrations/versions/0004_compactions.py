@@ -16,6 +16,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from agentcontext.store._db.migrate import applies
+
 revision: str = "0004"
 down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
@@ -23,6 +25,8 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    if not applies(revision):
+        return
     op.create_index(
         "ix_messages_compactions",
         "messages",
@@ -33,4 +37,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if not applies(revision):
+        return
     op.drop_index("ix_messages_compactions", table_name="messages")

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from agentcontext.store._db.migrate import applies
+
 revision: str = "0005"
 down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
@@ -23,10 +25,14 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    if not applies(revision):
+        return
     with op.batch_alter_table("checkpoints") as batch:
         batch.add_column(sa.Column("branch_id", sa.String(255), nullable=True))
 
 
 def downgrade() -> None:
+    if not applies(revision):
+        return
     with op.batch_alter_table("checkpoints") as batch:
         batch.drop_column("branch_id")

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from agentcontext.store._db.migrate import applies
+
 revision: str = "0006"
 down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
@@ -23,11 +25,15 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    if not applies(revision):
+        return
     timestamp = sa.DateTime(timezone=True).with_variant(sa.String(32), "sqlite")
     op.add_column("chats", sa.Column("purged_at", timestamp, nullable=True))
 
 
 def downgrade() -> None:
+    if not applies(revision):
+        return
     if op.get_bind().dialect.name == "sqlite":
         # Natively (SQLite 3.35+): a batch copy of the table would break the append trigger.
         op.execute("ALTER TABLE chats DROP COLUMN purged_at")

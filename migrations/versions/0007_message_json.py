@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
+from agentcontext.store._db.migrate import applies
+
 revision: str = "0007"
 down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
@@ -25,6 +27,8 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    if not applies(revision):
+        return
     if op.get_bind().dialect.name != "postgresql":
         return
     op.alter_column(
@@ -38,6 +42,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if not applies(revision):
+        return
     if op.get_bind().dialect.name != "postgresql":
         return
     op.alter_column(

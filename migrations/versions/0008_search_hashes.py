@@ -32,6 +32,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 from agentcontext._validate import loads
+from agentcontext.store._db.migrate import applies
 from agentcontext.store._db.schema import SEARCH_HASHES_INDEX
 from agentcontext.store._rows.signatures import signature
 from agentcontext.store._rows.text import index_tokens
@@ -88,6 +89,8 @@ def _rows(connection: sa.Connection) -> Iterator[list[tuple[int, list[str]]]]:
 
 
 def upgrade() -> None:
+    if not applies(revision):
+        return
     connection = op.get_bind()
     if connection.dialect.name == "sqlite":
         op.execute("ALTER TABLE messages RENAME COLUMN search_sig TO search_hashes")
@@ -114,6 +117,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if not applies(revision):
+        return
     connection = op.get_bind()
     if connection.dialect.name == "sqlite":
         op.execute("ALTER TABLE messages RENAME COLUMN search_hashes TO search_sig")

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from agentcontext.store._db.migrate import applies
+
 revision: str = "0009"
 down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
@@ -38,6 +40,8 @@ def _has_column() -> bool:
 
 
 def upgrade() -> None:
+    if not applies(revision):
+        return
     if not _has_column():
         op.add_column(
             "chats", sa.Column("incarnation", sa.BigInteger(), server_default="0", nullable=False)
@@ -45,6 +49,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if not applies(revision):
+        return
     if not op.get_context().as_sql and not _has_column():
         return
     if op.get_bind().dialect.name == "sqlite":

@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from agentcontext._validate import loads
+from agentcontext.store._db.migrate import applies
 from agentcontext.store._dialects.postgresql import terms_text
 from agentcontext.store._dialects.sqlite import APPEND_TRIGGER, APPEND_VIEW, fts_terms
 from agentcontext.store._rows.terms import message_terms
@@ -138,6 +139,8 @@ def _postgres_fill(connection: sa.Connection, render: str) -> None:
 
 
 def upgrade() -> None:
+    if not applies(revision):
+        return
     connection = op.get_bind()
     if connection.dialect.name == "sqlite":
         op.execute("DROP TRIGGER IF EXISTS message_appends_insert")
@@ -150,6 +153,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if not applies(revision):
+        return
     connection = op.get_bind()
     if connection.dialect.name == "sqlite":
         op.execute("DROP TRIGGER IF EXISTS message_appends_insert")

@@ -10,7 +10,7 @@ import pytest
 
 from agentcontext import ContextEngine, SqlContextStore, graph_to_mermaid, visualize_graph
 from tests.cli.helpers import build_branched_chat, one_error_line, run_cli, save_turns, tsv
-from tests.conftest import fresh_pg_database
+from tests.conftest import fresh_database
 
 
 async def _seed_chats(url: str) -> None:
@@ -28,14 +28,14 @@ async def _seed_chats(url: str) -> None:
         await store.create_chat("b1", user_id="bob", metadata={"team": "red", "n": 3})
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "mariadb"])
 def seeded(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         url = f"sqlite+aiosqlite:///{tmp_path / 'chats.db'}"
         asyncio.run(_seed_chats(url))
         yield url
     else:
-        with fresh_pg_database("accli") as url:
+        with fresh_database(request.param, "accli") as url:
             asyncio.run(_seed_chats(url))
             yield url
 
@@ -148,14 +148,14 @@ async def _seed_search(url: str) -> None:
         await save_turns(other, [("Lisbon or Madrid?", "Lisbon.")], prefix="bob-")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "mariadb"])
 def search_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         url = f"sqlite+aiosqlite:///{tmp_path / 'search.db'}"
         asyncio.run(_seed_search(url))
         yield url
     else:
-        with fresh_pg_database("accli") as url:
+        with fresh_database(request.param, "accli") as url:
             asyncio.run(_seed_search(url))
             yield url
 

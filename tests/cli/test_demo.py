@@ -7,9 +7,11 @@ import re
 import time
 from pathlib import Path
 
+import pytest
+
 from agentcontext import SqlContextStore
 from tests.cli.helpers import ANSI, run_cli, run_cli_subprocess, sqlite_url
-from tests.conftest import fresh_pg_database
+from tests.conftest import fresh_database
 
 FORMATS = ("XML", "Markdown", "TOML", "TOON")
 
@@ -108,8 +110,9 @@ def test_demo_uses_its_own_file_and_recreates_the_chat(tmp_path: Path) -> None:
     assert active == "main-v3"
 
 
-def test_demo_on_postgres_with_url(tmp_path: Path) -> None:
-    with fresh_pg_database("accli") as url:
+@pytest.mark.parametrize("server", ["postgres", "mariadb"])
+def test_demo_on_a_server_with_url(tmp_path: Path, server: str) -> None:
+    with fresh_database(server, "accli") as url:
         result = run_cli("--url", url, "demo", cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         assert "<- [main-v3 *]" in result.stdout

@@ -13,7 +13,7 @@ from alembic.script import ScriptDirectory
 from agentcontext import SchemaOutdatedError, SqlContextStore
 from agentcontext.store._db import migrate as _migrate
 from tests.cli.helpers import one_error_line, run_cli, sqlite_url
-from tests.conftest import fresh_pg_database
+from tests.conftest import fresh_database
 
 HEAD = _migrate.head_revision()
 REVISIONS = [
@@ -24,12 +24,12 @@ REVISIONS = [
 ]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "mariadb"])
 def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield sqlite_url(tmp_path / "fresh.db")
     else:
-        with fresh_pg_database("accli") as url:
+        with fresh_database(request.param, "accli") as url:
             yield url
 
 

@@ -82,7 +82,8 @@ def test_password_from_the_environment_is_hidden_too(tmp_path: Path) -> None:
     ("url", "message"),
     [
         ("nonsense", "cannot parse"),
-        ("mysql+aiomysql://u:secret@h/db", "supports SQLite and PostgreSQL"),
+        ("mssql+aioodbc://u:secret@h/db", "supports SQLite, PostgreSQL, MariaDB/MySQL"),
+        ("mysql+pymysql://u:secret@h/db", "use the asyncmy or aiomysql driver"),
         ("sqlite:///plain.db", "use the aiosqlite driver"),
         ("postgresql://u:secret@127.0.0.1/x", "use the asyncpg driver"),
     ],

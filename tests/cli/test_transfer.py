@@ -6,6 +6,8 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 from agentcontext import (
     ChatExport,
     ContextEngine,
@@ -27,7 +29,7 @@ from tests.cli.helpers import (
     run_cli_subprocess,
     sqlite_url,
 )
-from tests.conftest import fresh_pg_database
+from tests.conftest import fresh_database
 
 
 async def _build(url: str) -> ChatExport:
@@ -70,7 +72,8 @@ async def _export(url: str) -> ChatExport:
         return await store.export_chat("trip")
 
 
-def test_round_trip_sqlite_postgres_sqlite(tmp_path: Path) -> None:
+@pytest.mark.parametrize("server", ["postgres", "mariadb"])
+def test_round_trip_sqlite_server_sqlite(tmp_path: Path, server: str) -> None:
     first = sqlite_url(tmp_path / "first.db")
     original = asyncio.run(_build(first))
     exported = run_cli("--url", first, "export", "trip", cwd=tmp_path)
@@ -79,7 +82,7 @@ def test_round_trip_sqlite_postgres_sqlite(tmp_path: Path) -> None:
     assert ChatExport.model_validate(json.loads(text)) == original
     assert json.loads(text) == original.model_dump(mode="json")
 
-    with fresh_pg_database("accli") as pg:
+    with fresh_database(server, "accli") as pg:
         # The target database is empty: import migrates it first.
         (tmp_path / "trip.json").write_text(text, encoding="utf-8")
         imported = run_cli("--url", pg, "import", "trip.json", cwd=tmp_path)

@@ -224,7 +224,12 @@ async def test_a_save_goes_after_what_another_engine_saved_meanwhile(store_url: 
             saved = await second.save()
         finally:
             event.remove(sync_engine, "before_cursor_execute", seen)
-        writes = [s for s in statements if s.lstrip().upper().startswith(("INSERT", "WITH"))]
+        # (MariaDB's append writes the search terms of the messages in a statement of its own.)
+        writes = [
+            s
+            for s in statements
+            if s.lstrip().upper().startswith(("INSERT", "WITH")) and "message_terms" not in s
+        ]
         assert len(writes) == 1, statements
         assert saved.head_message_id == "b2"
         ids = ["s1", "s2", "a1", "a2", "b1", "b2"]

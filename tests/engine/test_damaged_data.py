@@ -22,6 +22,7 @@ from agentcontext import (
     user,
 )
 from agentcontext.store import SqlContextStore
+from tests.conftest import _my_exec as my_exec
 from tests.engine._util import ids
 from tests.engine.conftest import EngineFactory
 
@@ -43,6 +44,9 @@ async def damage(store_url: str, *statements: str) -> None:
             for statement in statements:
                 await db.execute(statement)
             await db.commit()
+        return
+    if url.get_backend_name() == "mysql":
+        await my_exec(store_url, "SET FOREIGN_KEY_CHECKS = 0", *statements)
         return
     dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
     conn = await asyncpg.connect(dsn)

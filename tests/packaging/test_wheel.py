@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import fresh_pg_database
+from tests.conftest import fresh_database
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,7 +44,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", str(wheels[0])],
+        [str(python), "-m", "pip", "install", "-q", f"{wheels[0]}[mysql]"],
         check=True,
         capture_output=True,
         text=True,
@@ -99,12 +99,12 @@ def test_wheel_migrates_an_empty_sqlite_file(installed: Path, tmp_path: Path) ->
     assert run_outside_checkout(installed, tmp_path, MIGRATE, url).split() == ["1", "sqlite"]
 
 
-def test_wheel_migrates_an_empty_postgres_database(installed: Path, tmp_path: Path) -> None:
-    with fresh_pg_database("acwheel") as url:
-        assert run_outside_checkout(installed, tmp_path, MIGRATE, url).split() == [
-            "1",
-            "postgresql",
-        ]
+@pytest.mark.parametrize(("server", "dialect"), [("postgres", "postgresql"), ("mariadb", "mysql")])
+def test_wheel_migrates_an_empty_server_database(
+    installed: Path, tmp_path: Path, server: str, dialect: str
+) -> None:
+    with fresh_database(server, "acwheel") as url:
+        assert run_outside_checkout(installed, tmp_path, MIGRATE, url).split() == ["1", dialect]
 
 
 def test_installed_console_script_runs_demo_and_migrate(installed: Path, tmp_path: Path) -> None:

@@ -36,23 +36,22 @@ from agentcontext import (
     user,
 )
 from agentcontext.fragments import ContextFragment
-from tests.conftest import _truncate_all, run_sync
+from tests.conftest import require_backend, session_url
 
 ROUNDS = int(os.environ.get("AGENTCONTEXT_CANCEL_ROUNDS", "30"))
 SEED = int(os.environ.get("AGENTCONTEXT_CANCEL_SEED", "20261124"))
 DELAYS = (0.0, 0.0, 0.00001, 0.0001, 0.0003, 0.001, 0.002, 0.005)
 
 
-@pytest.fixture(params=["sqlite", "postgres", "memory"])
+@pytest.fixture(params=["sqlite", "postgres", "mariadb", "memory"])
 async def cancel_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
     if request.param == "memory":
         store: SqlContextStore = InMemoryContextStore()
     elif request.param == "sqlite":
         store = SqlContextStore(f"sqlite+aiosqlite:///{tmp_path / 'cancel.db'}")
     else:
-        url = request.getfixturevalue("pg_session_url")
-        run_sync(lambda: _truncate_all(url))
-        store = SqlContextStore(url)
+        require_backend(request.param)
+        store = SqlContextStore(session_url(request.param, request))
     threads = threading.active_count()
     await store.initialize()
     yield store, request.param

@@ -45,7 +45,8 @@ from sqlalchemy.engine import make_url
 
 from agentcontext import Message, SqlContextStore
 from agentcontext.fragments import is_empty_assistant_placeholder
-from tests.conftest import _dsn, fresh_pg_database
+from tests.conftest import _dsn, fresh_database
+from tests.conftest import _my_exec as my_exec
 from tests.reliability.crash_writer import chat_ids, first_turn, parse_marker
 
 pytestmark = pytest.mark.slow
@@ -57,6 +58,7 @@ PREFIX = "crash"
 KILLS = {
     "sqlite": int(os.environ.get("AGENTCONTEXT_CRASH_KILLS_SQLITE", "50")),
     "postgres": int(os.environ.get("AGENTCONTEXT_CRASH_KILLS_POSTGRES", "20")),
+    "mariadb": int(os.environ.get("AGENTCONTEXT_CRASH_KILLS_MARIADB", "20")),
 }
 SEED = int(os.environ.get("AGENTCONTEXT_CRASH_SEED") or random.randrange(2**31))
 EARLY_KILLS = 0.2
@@ -143,6 +145,48 @@ async def postgres_snapshot(url: str) -> Snapshot:
         branches=[tuple(r) for r in branches],  # type: ignore[misc]
         checkpoints=[tuple(r) for r in checkpoints],  # type: ignore[misc]
     )
+
+
+async def mariadb_snapshot(url: str) -> Snapshot:
+    """The rows in one consistent read (InnoDB's snapshot of a REPEATABLE READ transaction)."""
+    chats, messages, branches, checkpoints = (
+        await my_exec(
+            url,
+            "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+            "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
+            "SELECT id FROM chats",
+            "SELECT id, chat_id, parent_id, depth, data FROM messages ORDER BY seq",
+            "SELECT id, chat_id, name, head_message_id, is_active FROM branches",
+            "SELECT chat_id, name, message_id FROM checkpoints",
+            "COMMIT",
+            results=True,
+        )
+    )[2:6]
+    return Snapshot(
+        chats=[r[0] for r in chats],
+        messages={r[0]: _row(*r) for r in messages},
+        branches=[(r[0], r[1], r[2], r[3], bool(r[4])) for r in branches],
+        checkpoints=[tuple(r) for r in checkpoints],  # type: ignore[misc]
+    )
+
+
+async def wait_for_mariadb_sessions_to_end(url: str) -> None:
+    """After a kill, MariaDB ends the killed client's sessions when it notices the closed
+    socket (rolling back what they had not committed); wait for that."""
+    database = make_url(url).database
+    deadline = time.monotonic() + BACKENDS_GONE_TIMEOUT
+    while True:
+        [[others]] = await my_exec(
+            url,
+            "SELECT count(*) FROM information_schema.processlist WHERE db = "
+            f"'{database}' AND id <> CONNECTION_ID()",
+        )
+        if not others:
+            return
+        assert time.monotonic() < deadline, (
+            f"{others} sessions of the killed writer still open after {BACKENDS_GONE_TIMEOUT:.0f}s"
+        )
+        await asyncio.sleep(0.01)
 
 
 async def wait_for_backends_to_end(url: str) -> None:
@@ -252,6 +296,8 @@ async def check_database(
     if backend == "sqlite":
         assert db_path is not None
         snapshot = sqlite_snapshot(db_path)
+    elif backend == "mariadb":
+        snapshot = await mariadb_snapshot(url)
     else:
         snapshot = await postgres_snapshot(url)
     expected_chats = set(chat_ids(PREFIX, CHATS))
@@ -447,6 +493,8 @@ async def crash_loop(url: str, backend: str, kills: int, tmp_path: Path) -> Hist
             ready = await writers.kill(run)
             if backend == "postgres":
                 await wait_for_backends_to_end(url)
+            elif backend == "mariadb":
+                await wait_for_mariadb_sessions_to_end(url)
             try:
                 await check_database(url, backend, history, run, ready, db_path)
             except AssertionError as exc:
@@ -469,7 +517,7 @@ def _database(backend: str, tmp_path: Path) -> Iterator[str]:
     if backend == "sqlite":
         yield f"sqlite+aiosqlite:///{tmp_path / 'crash.db'}"
     else:
-        with fresh_pg_database("accrash") as url:
+        with fresh_database(backend, "accrash") as url:
             yield url
 
 

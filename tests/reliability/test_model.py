@@ -58,7 +58,7 @@ from agentcontext import (
 )
 from agentcontext._compaction import compaction_id
 from agentcontext.engine import _TURNS
-from tests.conftest import run_sync
+from tests.conftest import run_sync, session_url
 
 T = TypeVar("T")
 
@@ -820,7 +820,7 @@ def test_graph_matches_the_model(
 
         target = Target(new_url, cleanup)
     else:
-        url: str = request.getfixturevalue("pg_session_url")
+        url = session_url(backend, request, empty=False)
         # One migrated database; every example has a chat (and message ids) of its own.
         target = Target(lambda: url, lambda _: None)
 
@@ -920,7 +920,7 @@ def scripted_machine(backend: str, tmp_path: Path, request: pytest.FixtureReques
         path = tmp_path / "scripted.db"
         target = Target(lambda: f"sqlite+aiosqlite:///{path}", lambda _: None)
     else:
-        url: str = request.getfixturevalue("pg_session_url")
+        url = session_url(backend, request, empty=False)
         target = Target(lambda: url, lambda _: None)
     machine_class = type(f"Scripted_{backend}", (GraphMachine,), {"target": target})
     return machine_class()

@@ -1,17 +1,17 @@
-"""The store's contract tests run on SQLite, PostgreSQL, and PostgreSQL through PgBouncer."""
+"""The store's contract tests run on SQLite, PostgreSQL, PostgreSQL through PgBouncer, and
+MariaDB."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.conftest import require_postgres
+from tests.conftest import require_backend
 
-STORE_BACKENDS = ["sqlite", "postgres", "pgbouncer"]
+STORE_BACKENDS = ["sqlite", "postgres", "pgbouncer", "mariadb"]
 
 
 @pytest.fixture(params=STORE_BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     name: str = request.param
-    if name in ("postgres", "pgbouncer"):
-        require_postgres()
+    require_backend(name)
     return name

@@ -23,7 +23,7 @@ from agentcontext import errors
 from agentcontext.store import InMemoryContextStore, SqlContextStore
 from agentcontext.store._db import migrate as _migrate
 from agentcontext.store._db.schema import VERSION_TABLE, Base
-from tests.conftest import fresh_pg_database, through_pgbouncer
+from tests.conftest import fresh_database, through_pgbouncer
 from tests.helpers import chain
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ def empty_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> I
     if backend == "sqlite":
         yield f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
     else:
-        with fresh_pg_database("acmig") as url:
+        with fresh_database("mariadb" if backend == "mariadb" else "postgres", "acmig") as url:
             if backend == "pgbouncer":
                 url = through_pgbouncer(url, request.getfixturevalue("pgbouncer_port"))
             yield url
@@ -51,7 +51,7 @@ def _diff(connection: Connection) -> list[object]:
         connection,
         opts={
             "version_table": VERSION_TABLE,
-            "include_name": _migrate.include_name,
+            **_migrate.comparison_options(connection.dialect.name),
             "compare_type": True,
             "compare_server_default": False,
         },
@@ -286,8 +286,10 @@ async def test_an_engine_you_built_is_used_for_every_call(store_url: str) -> Non
 
 
 async def test_bad_urls_are_named() -> None:
-    with pytest.raises(errors.InvalidInputError, match="SQLite and PostgreSQL"):
-        SqlContextStore("mysql+aiomysql://root@localhost/db")
+    with pytest.raises(errors.InvalidInputError, match="SQLite, PostgreSQL, MariaDB/MySQL"):
+        SqlContextStore("mssql+aioodbc://root@localhost/db")
+    with pytest.raises(errors.InvalidInputError, match="asyncmy or aiomysql"):
+        SqlContextStore("mysql+pymysql://root@localhost/db")
     with pytest.raises(errors.InvalidInputError, match="aiosqlite"):
         SqlContextStore("sqlite:///x.db")
     with pytest.raises(errors.InvalidInputError, match="parse"):

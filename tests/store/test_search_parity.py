@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from agentcontext import SqlContextStore
 from agentcontext.store import MessageRecord
-from tests.conftest import _truncate_all, require_postgres, run_sync
+from tests.conftest import require_mariadb, require_postgres, session_url
 
 EXAMPLES = int(os.environ.get("AGENTCONTEXT_PARITY_EXAMPLES", "60"))
 
@@ -100,16 +100,20 @@ query = st.one_of(
 
 @pytest.fixture
 def stores(
-    tmp_path: Path, pg_session_url: str
-) -> Iterator[tuple[asyncio.Runner, SqlContextStore, SqlContextStore]]:
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[asyncio.Runner, list[SqlContextStore]]]:
+    """SQLite, PostgreSQL and MariaDB stores."""
     require_postgres()
-    run_sync(lambda: _truncate_all(pg_session_url))
+    require_mariadb()
     runner = asyncio.Runner()
-    sqlite = SqlContextStore(f"sqlite+aiosqlite:///{tmp_path / 'parity.db'}")
-    postgres = SqlContextStore(pg_session_url)
-    yield runner, sqlite, postgres
-    runner.run(sqlite.close())
-    runner.run(postgres.close())
+    made = [
+        SqlContextStore(f"sqlite+aiosqlite:///{tmp_path / 'parity.db'}"),
+        SqlContextStore(session_url("postgres", request)),
+        SqlContextStore(session_url("mariadb", request)),
+    ]
+    yield runner, made
+    for store in made:
+        runner.run(store.close())
     runner.close()
 
 
@@ -147,32 +151,33 @@ def _view(results: list) -> list[tuple[str, float, str]]:  # type: ignore[type-a
     role_filter=st.sampled_from([None, ["user"], ["assistant", "user"]]),
     data=st.data(),
 )
-def test_both_backends_find_the_same_messages_in_the_same_order(
-    stores: tuple[asyncio.Runner, SqlContextStore, SqlContextStore],
+def test_every_backend_finds_the_same_messages_in_the_same_order(
+    stores: tuple[asyncio.Runner, list[SqlContextStore]],
     texts: list[str],
     queries: list[str],
     role_filter: list[str] | None,
     data: st.DataObject,
 ) -> None:
-    runner, sqlite, postgres = stores
+    runner, made = stores
     roles = data.draw(
         st.lists(st.sampled_from(["user", "assistant"]), min_size=len(texts), max_size=len(texts))
     )
     chat = f"parity-{uuid.uuid4().hex[:10]}"
-    for store in (sqlite, postgres):
+    for store in made:
         runner.run(_fill(store, chat, texts, roles))
     for text in queries:
         for limit in (3, 20):
             found = [
                 _view(runner.run(store.search_messages(chat, text, roles=role_filter, limit=limit)))
-                for store in (sqlite, postgres)
+                for store in made
             ]
-            assert found[0] == found[1], f"query {text!r} differs between SQLite and PostgreSQL"
+            assert found[1] == found[0], f"query {text!r} differs between SQLite and PostgreSQL"
+            assert found[2] == found[0], f"query {text!r} differs between SQLite and MariaDB"
         user_wide = [
             [r.message.id for r in runner.run(store.search_user_messages("u", text, limit=50))]
-            for store in (sqlite, postgres)
+            for store in made
         ]
-        assert user_wide[0] == user_wide[1]
+        assert user_wide[1] == user_wide[0] and user_wide[2] == user_wide[0]
 
 
 @pytest.mark.parametrize(
@@ -192,11 +197,11 @@ def test_both_backends_find_the_same_messages_in_the_same_order(
     ],
 )
 def test_the_probes_that_used_to_disagree(
-    stores: tuple[asyncio.Runner, SqlContextStore, SqlContextStore], stored: str, searched: str
+    stores: tuple[asyncio.Runner, list[SqlContextStore]], stored: str, searched: str
 ) -> None:
-    runner, sqlite, postgres = stores
+    runner, made = stores
     chat = f"probe-{uuid.uuid4().hex[:10]}"
-    for store in (sqlite, postgres):
+    for store in made:
         runner.run(_fill(store, chat, [stored, "something else entirely"], ["user", "user"]))
         hits = runner.run(store.search_messages(chat, searched))
         assert [h.message.id for h in hits] == [f"{chat}-0"], (store.dialect_name, searched)

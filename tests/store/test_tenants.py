@@ -1,5 +1,6 @@
 """Tenant schemas: ``SqlContextStore(url, schema="acme")`` keeps every table, index and the
-Alembic version table in that PostgreSQL schema (created under ``migrate="auto"``), and two
+Alembic version table in that PostgreSQL schema, or that MariaDB database of the server
+(created under ``migrate="auto"``), and two
 stores on two schemas of one database never see each other's chats, searches, blobs or
 records — directly, through PgBouncer in transaction pooling mode, and with a caller's
 engine inside ``store.using()``. On SQLite ``schema=`` is refused with advice, and so are
@@ -13,10 +14,11 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentcontext import (
@@ -29,22 +31,44 @@ from agentcontext import (
     user,
 )
 from agentcontext.snapshots import SelectionStrategy
-from tests.conftest import create_pg_database, drop_pg_database, through_pgbouncer
+from tests.conftest import (
+    _my_exec,
+    fresh_database,
+    run_sync,
+    through_pgbouncer,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
+TENANTS = ("tenant_a", "tenant_b", "tenant_c", "tenant_d", "tenant_cli", "tenant_x")
 
 
-@pytest.fixture(params=["postgres", "pgbouncer"])
+@contextmanager
+def server_database(server: str) -> Iterator[str]:
+    """A fresh database of a server; on MariaDB, where a schema is a database of the server,
+    the tenants' databases the tests make are dropped after it."""
+    with fresh_database(server, "actenant") as url:
+        try:
+            yield url
+        finally:
+            if server == "mariadb":
+                drops = [f"DROP DATABASE IF EXISTS `{name}`" for name in TENANTS]
+                run_sync(lambda: _my_exec(url, *drops))
+
+
+@pytest.fixture(params=["postgres", "pgbouncer", "mariadb"])
 def tenant_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh PostgreSQL database (its public schema empty), directly or through PgBouncer."""
-    url = create_pg_database("actenant")
-    try:
+    """A fresh database (its default schema empty): PostgreSQL, directly or through PgBouncer,
+    or MariaDB."""
+    with server_database("mariadb" if request.param == "mariadb" else "postgres") as url:
         if request.param == "pgbouncer":
             yield through_pgbouncer(url, request.getfixturevalue("pgbouncer_port"))
         else:
             yield url
-    finally:
-        drop_pg_database(url)
+
+
+def default_schema(url: str) -> str:
+    """Where unqualified tables go: PostgreSQL's public schema, MariaDB's database of the URL."""
+    return make_url(url).database or "" if url.startswith("mysql") else "public"
 
 
 async def tables_of(url: str, schema: str) -> set[str]:
@@ -99,7 +123,7 @@ async def test_two_tenant_schemas_side_by_side_see_only_their_own(tenant_url: st
     expected = {"chats", "messages", "branches", "checkpoints", "agentcontext_version"}
     for schema in ("tenant_a", "tenant_b"):
         assert expected <= await tables_of(tenant_url, schema)
-    assert await tables_of(tenant_url, "public") == set()
+    assert await tables_of(tenant_url, default_schema(tenant_url)) == set()
 
 
 async def test_a_callers_engine_writes_a_turn_into_the_tenant_schema(tenant_url: str) -> None:
@@ -120,7 +144,7 @@ async def test_a_callers_engine_writes_a_turn_into_the_tenant_schema(tenant_url:
         finally:
             await app.dispose()
         assert [m.id for m in await engine.get_messages()] == ["in"]
-    assert "messages" not in await tables_of(tenant_url, "public")
+    assert "messages" not in await tables_of(tenant_url, default_schema(tenant_url))
 
 
 async def test_an_unmigrated_tenant_schema_says_how_to_create_it(tenant_url: str) -> None:
@@ -132,9 +156,9 @@ async def test_an_unmigrated_tenant_schema_says_how_to_create_it(tenant_url: str
         await store.close()
 
 
-def test_the_command_line_and_alembic_migrate_a_tenant_schema(tmp_path: Path) -> None:
-    url = create_pg_database("actenant")
-    try:
+@pytest.mark.parametrize("server", ["postgres", "mariadb"])
+def test_the_command_line_and_alembic_migrate_a_tenant_schema(tmp_path: Path, server: str) -> None:
+    with server_database(server) as url:
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
         done = subprocess.run(
             [sys.executable, "-m", "agentcontext", "--url", url, "migrate", "upgrade",
@@ -158,8 +182,6 @@ def test_the_command_line_and_alembic_migrate_a_tenant_schema(tmp_path: Path) ->
                 assert "agentcontext_version" in await tables_of(url, schema)
 
         asyncio.run(check())
-    finally:
-        drop_pg_database(url)
 
 
 def test_sqlite_refuses_a_schema_with_advice(tmp_path: Path) -> None:

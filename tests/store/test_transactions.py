@@ -40,19 +40,20 @@ from agentcontext import (
 )
 from agentcontext.store._db.options import StoreOptions
 from agentcontext.store._dialects import PostgresDialect
-from tests.conftest import fresh_pg_database, require_postgres
+from tests.conftest import fresh_database, require_backend
 
-BACKENDS = ["sqlite", "postgres", "pgbouncer", "memory"]
+BACKENDS = ["sqlite", "postgres", "pgbouncer", "mariadb", "memory"]
 
 APP = MetaData()
-orders = Table("tx_orders", APP, Column("id", Integer, primary_key=True), Column("note", String))
+orders = Table(
+    "tx_orders", APP, Column("id", Integer, primary_key=True), Column("note", String(255))
+)
 
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     name: str = request.param
-    if name in ("postgres", "pgbouncer"):
-        require_postgres()
+    require_backend(name)
     return name
 
 
@@ -66,12 +67,11 @@ def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> s
 
 @pytest.fixture
 def store_url_of_backend(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    from tests.conftest import _truncate_all, run_sync, through_pgbouncer
+    from tests.conftest import session_url, through_pgbouncer
 
     if backend == "sqlite":
         return f"sqlite+aiosqlite:///{tmp_path / 'store.db'}"
-    url: str = request.getfixturevalue("pg_session_url")
-    run_sync(lambda: _truncate_all(url))
+    url = session_url("postgres" if backend == "pgbouncer" else backend, request)
     if backend == "pgbouncer":
         return through_pgbouncer(url, request.getfixturevalue("pgbouncer_port"))
     return url
@@ -346,7 +346,8 @@ async def test_a_connection_to_another_database_is_refused(
         finally:
             await elsewhere.dispose()
     else:
-        with fresh_pg_database("acother") as url:
+        server = "mariadb" if store_url.startswith("mysql") else "postgres"
+        with fresh_database(server, "acother") as url:
             elsewhere = create_async_engine(url)
             try:
                 await _refused(store, elsewhere)

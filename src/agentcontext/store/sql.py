@@ -1,4 +1,4 @@
-"""SqlContextStore: the conversation graph in SQLite or PostgreSQL through SQLAlchemy async.
+"""SqlContextStore: the conversation graph in SQLite, PostgreSQL or MariaDB through SQLAlchemy.
 
 A facade: each method checks its arguments and calls one function of a concern module of
 ``_ops`` — a plain function of a connection run as one unit of work on the store's `Database`,
@@ -359,7 +359,7 @@ class SqlContextStore(ContextStore):
         v.check_optional_id(parent_id, "parent_id")
         if parent_id == message_id:
             raise InvalidGraphError(f"message {message_id!r} cannot be its own parent")
-        await self.db.run("write", unit(_messages.reparent, message_id, parent_id))
+        await self.db.run("write", unit(_messages.reparent, self._dialect, message_id, parent_id))
 
     # --- branches ---------------------------------------------------------------------------
 
@@ -371,7 +371,7 @@ class SqlContextStore(ContextStore):
         v.check_id(name, "branch name")
         v.check_optional_id(head_message_id, "head_message_id")
         v.check_bool(activate, "activate")
-        write = unit(_branches.create, chat_id, name, head_message_id, activate)
+        write = unit(_branches.create, self._dialect, chat_id, name, head_message_id, activate)
         return await self.db.run("write", write, chat=chat_id)
 
     async def fork_branch(
@@ -409,7 +409,7 @@ class SqlContextStore(ContextStore):
     async def set_active_branch(self, chat_id: str, branch_id: str) -> Branch:
         v.check_id(chat_id, "chat_id")
         v.check_id(branch_id, "branch_id")
-        write = unit(_branches.set_active, chat_id, branch_id)
+        write = unit(_branches.set_active, self._dialect, chat_id, branch_id)
         return await self.db.run("write", write, chat=chat_id)
 
     async def update_branch_head(
@@ -418,10 +418,9 @@ class SqlContextStore(ContextStore):
         v.check_id(branch_id, "branch_id")
         v.check_optional_id(message_id, "message_id")
         v.check_optional_id(expected_head, "expected_head")
+        write = unit(_branches.move_head, self._dialect, branch_id, message_id, expected_head)
         try:
-            await self.db.run(
-                "write", unit(_branches.move_head, branch_id, message_id, expected_head)
-            )
+            await self.db.run("write", write)
         except _branches.HeadMoved:
             return False
         return True
@@ -467,13 +466,14 @@ class SqlContextStore(ContextStore):
         v.check_id(name, "branch name")
         v.check_id(new_name, "new branch name")
         return await self.db.run(
-            "write", unit(_branches.rename, chat_id, name, new_name), chat=chat_id
+            "write", unit(_branches.rename, self._dialect, chat_id, name, new_name), chat=chat_id
         )
 
     async def delete_branch(self, chat_id: str, name: str) -> bool:
         v.check_id(chat_id, "chat_id")
         v.check_id(name, "branch name")
-        return await self.db.run("write", unit(_branches.remove, chat_id, name), chat=chat_id)
+        write = unit(_branches.remove, self._dialect, chat_id, name)
+        return await self.db.run("write", write, chat=chat_id)
 
     # --- the engine's reads -------------------------------------------------------------------
 

@@ -71,9 +71,12 @@ def dialect_kind(dialect: SADialect) -> tuple[Any, ...]:
     server's version and features are known by then)."""
     kind = _KINDS.get(dialect)
     if kind is None:
+        cls = type(dialect)
         settings = sorted(
             (name, ("object", type(value)) if name in _OWN_OBJECTS else _setting(value))
             for name, value in vars(dialect).items()
+            # (A memoized method's memo, kept on the instance once called: its class's.)
+            if not callable(getattr(cls, name, None))
         )
         kind = _KINDS[dialect] = (type(dialect), *settings)
     return kind

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 from collections.abc import Callable, Collection
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
@@ -58,6 +59,10 @@ if TYPE_CHECKING:
     from agentcontext.store._db.replicas import Replicas
 
 __all__ = ["Database", "Transaction", "unit"]
+
+TRANSIENT_ATTEMPTS = 8
+"""Runs of a unit the server rolled back to break a deadlock (or whose lock wait timed out)
+before the error is reported."""
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -177,6 +182,7 @@ class Database:
             if self._ready:
                 return
             await self._prepare(self)
+            await self._run_unit("read", self.dialect.on_open, False)
             self._ready = True
 
     # --- units of work ----------------------------------------------------------------------
@@ -311,7 +317,8 @@ class Database:
         note: _Note | None,
     ) -> T:
         gate: AbstractAsyncContextManager[Any] = self._gate or nullcontext()
-        for attempt in (0, 1):
+        reconnected = False
+        for attempt in range(TRANSIENT_ATTEMPTS):
             state = _UnitState(mode, idempotent)
             try:
                 async with gate:
@@ -319,8 +326,16 @@ class Database:
             except ContextError:
                 raise
             except (SQLAlchemyError, OSError, TimeoutError) as exc:
-                if not (attempt == 0 and is_connection_error(exc) and state.may_retry()):
+                if not state.may_retry() or attempt + 1 == TRANSIENT_ATTEMPTS:
                     raise await self.failed(exc) from exc
+                if self.dialect.is_transient(exc):
+                    # Rolled back by the server to break a deadlock, or a lock waited for
+                    # too long: a lost race, run again after a moment.
+                    await asyncio.sleep(random.uniform(0, 0.002 * 2**attempt))
+                    continue
+                if reconnected or not is_connection_error(exc):
+                    raise await self.failed(exc) from exc
+                reconnected = True
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _sync_unit(

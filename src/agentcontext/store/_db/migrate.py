@@ -8,19 +8,19 @@ a store opening an up-to-date database reads the revision with one plain query.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy import Connection, column, make_url, select, table, text
+from sqlalchemy import Connection, column, make_url, select, table
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
-from sqlalchemy.schema import CreateSchema
 
 from agentcontext import _validate as v
 from agentcontext.errors import InvalidInputError, InvalidTypeError, SchemaOutdatedError
-from agentcontext.store._db.schema import SEARCH_HASHES_INDEX, VERSION_TABLE, Base
+from agentcontext.store._db.schema import VERSION_TABLE, Base
 from agentcontext.store._dialects import BEGIN_OPTION, dialect_for
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from agentcontext.store._db.database import Database
 
-HEAD_REVISION = "0010"
+HEAD_REVISION = "0011"
 """The newest revision of the packaged migrations (a test checks it against Alembic's)."""
 
 MigrateMode = Literal["auto"] | bool
@@ -66,18 +66,38 @@ def head_revision() -> str:
     return head
 
 
-def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
-    """Only agentcontext's own tables take part in autogenerate comparisons.
+def applies(revision: str) -> bool:
+    """Inside a migration: whether ``revision`` runs on this database. A database whose schema
+    starts at a later revision (one supported since: MariaDB/MySQL start at revision 0011, the
+    schema as it was then, made at once) skips the revisions before
+    (`Dialect.first_revision`)."""
+    from alembic import op
 
-    The FTS5 shadow tables, the version table and any table of the application sharing the
-    database are left alone, and so is PostgreSQL's GIN index of search hashes, which the
-    models leave to the migrations (a model's index would be made on SQLite too).
-    """
+    return revision >= dialect_for(op.get_context().dialect.name).first_revision
+
+
+def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+    """Only agentcontext's own tables take part in autogenerate comparisons (the FTS5 shadow
+    tables, the version table and any table of the application sharing the database are left
+    alone)."""
     if type_ == "table":
         return name in Base.metadata.tables
-    if type_ == "index":
-        return name != SEARCH_HASHES_INDEX
     return True
+
+
+def comparison_options(dialect_name: str) -> dict[str, Any]:
+    """Alembic's options that keep an autogenerate comparison (``alembic check``) to what the
+    models describe on this database: `include_name`, and an ``include_object`` that leaves
+    out what the migrations make otherwise than the models say
+    (`Dialect.migration_only`: PostgreSQL's GIN index, MariaDB's search table...)."""
+    skipped = dialect_for(dialect_name).migration_only
+
+    def include_object(
+        item: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+    ) -> bool:
+        return name not in skipped
+
+    return {"include_name": include_name, "include_object": include_object}
 
 
 def current_revision(connection: Connection, schema: str | None = None) -> str | None:
@@ -102,16 +122,24 @@ def _read_revision(connection: Connection, schema: str | None = None) -> str | N
 
 
 def enter_schema(connection: Connection, schema: str | None, *, create: bool) -> None:
-    """Inside a migration's transaction: make ``schema`` (a checked name) the one unqualified
-    names resolve to, creating it first with ``create``. ``SET LOCAL`` lasts for the
-    transaction only, so it holds behind PgBouncer in transaction pooling mode too."""
-    if schema is None:
-        return
+    """Inside a migration's transaction: the store's tables go in ``schema`` (a checked name;
+    created first with ``create``), as its dialect says."""
+    dialect = dialect_for(connection.dialect.name)
+    if schema is not None:
+        dialect.enter_schema(connection, schema, create=create)
     if create:
-        connection.execute(CreateSchema(schema, if_not_exists=True))
-    # set_config(..., true) is SET LOCAL with the value bound, not formatted into the SQL.
-    quoted = connection.dialect.identifier_preparer.quote_identifier(schema)
-    connection.execute(text("SELECT set_config('search_path', :path, true)"), {"path": quoted})
+        dialect.prepare_migrations(connection, schema)
+
+
+@contextmanager
+def migration_lock(connection: Connection) -> Iterator[None]:
+    """The migration lock, held until the block ends (or its transaction does)."""
+    dialect = dialect_for(connection.dialect.name)
+    dialect.take_migration_lock(connection)
+    try:
+        yield
+    finally:
+        dialect.release_migration_lock(connection)
 
 
 def upgrade_in_transaction(
@@ -121,12 +149,12 @@ def upgrade_in_transaction(
     ``schema``, created if missing)."""
     from alembic import command
 
-    dialect_for(connection.dialect.name).take_migration_lock(connection)
-    enter_schema(connection, schema, create=True)
-    config = make_config()
-    config.attributes["connection"] = connection
-    config.attributes["schema"] = schema
-    command.upgrade(config, revision)
+    with migration_lock(connection):
+        enter_schema(connection, schema, create=True)
+        config = make_config()
+        config.attributes["connection"] = connection
+        config.attributes["schema"] = schema
+        command.upgrade(config, revision)
 
 
 def downgrade_in_transaction(
@@ -135,12 +163,12 @@ def downgrade_in_transaction(
     """Downgrade on a connection inside a write transaction, holding the migration lock."""
     from alembic import command
 
-    dialect_for(connection.dialect.name).take_migration_lock(connection)
-    enter_schema(connection, schema, create=False)
-    config = make_config()
-    config.attributes["connection"] = connection
-    config.attributes["schema"] = schema
-    command.downgrade(config, revision)
+    with migration_lock(connection):
+        enter_schema(connection, schema, create=False)
+        config = make_config()
+        config.attributes["connection"] = connection
+        config.attributes["schema"] = schema
+        command.downgrade(config, revision)
 
 
 async def run_in_write_transaction(engine: AsyncEngine, fn: Callable[[Connection], Any]) -> Any:
@@ -161,11 +189,13 @@ async def run_with_new_engine(
     engine, dialect = make_engine(
         make_url(url), StoreOptions(engine_options={"poolclass": NullPool})
     )
+    if schema is not None:
+        dialect.check_schema(schema)
 
     def locked(connection: Connection) -> Any:
-        dialect.take_migration_lock(connection)
-        enter_schema(connection, schema, create=True)
-        return fn(connection)
+        with migration_lock(connection):
+            enter_schema(connection, schema, create=True)
+            return fn(connection)
 
     try:
         return await run_in_write_transaction(engine, locked)

@@ -270,24 +270,10 @@ _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 def check_schema_name(value: object) -> str:
     """A schema name the store can use unquoted and quoted alike: lowercase letters, digits
-    and underscores, not starting with a digit, at most 63 characters, and not a system
-    schema of PostgreSQL (``information_schema``, or a name starting with ``pg_``, a prefix
-    PostgreSQL reserves: ``pg_catalog``, ``pg_toast``, ``pg_temp_N`` ...)."""
+    and underscores, not starting with a digit, at most 63 characters (the names a server
+    reserves for itself are refused by its dialect, `Dialect.check_schema`)."""
     if not isinstance(value, str):
         raise InvalidTypeError(f"schema must be a str, got {v.type_name(value)}")
-    if value.startswith("pg_"):
-        raise InvalidInputError(
-            f"schema {value!r} is not a usable schema name: PostgreSQL reserves names "
-            "starting with 'pg_' for its system schemas (pg_catalog, pg_toast, pg_temp_N, ...), "
-            "and a store must not put its tables there; choose a tenant's own name, e.g. "
-            "'tenant_acme'"
-        )
-    if value == "information_schema":
-        raise InvalidInputError(
-            "schema 'information_schema' is not a usable schema name: it is PostgreSQL's "
-            "system schema of catalogue views (the SQL standard's), and a store must not put "
-            "its tables there; choose a tenant's own name, e.g. 'tenant_acme'"
-        )
     if not _SCHEMA_NAME.fullmatch(value):
         raise InvalidInputError(
             f"schema {value!r} is not a usable schema name: use lowercase letters, digits and "

@@ -31,6 +31,7 @@ from sqlalchemy import (
     false,
     text,
 )
+from sqlalchemy.dialects import mysql
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
@@ -110,11 +111,31 @@ def _aware(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
+class _UTCDatetime6(TypeDecorator[datetime]):
+    """MariaDB's and MySQL's timestamps: ``DATETIME(6)`` holding UTC (no time zone of its own,
+    so none of the server's or the session's is ever applied), read back aware."""
+
+    impl = mysql.DATETIME(fsp=6)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        return None if value is None else _aware(value).replace(tzinfo=None)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        if isinstance(value, datetime):
+            return value.replace(tzinfo=UTC)
+        return value if value is None else damaged_time(value)
+
+
+MYSQL = ("mysql", "mariadb")
+"""SQLAlchemy's names of the MariaDB/MySQL dialect (the variants below are for both)."""
+
+
 def UTCDateTime() -> TypeEngine[datetime]:
     """An aware UTC datetime with microsecond precision on every backend: ``timestamptz`` on
-    PostgreSQL, sortable ISO-8601 text on SQLite (a per-dialect variant of the column, as the
-    schema declares it for Alembic)."""
-    return _Timestamptz().with_variant(_IsoText(), "sqlite")
+    PostgreSQL, sortable ISO-8601 text on SQLite, ``DATETIME(6)`` in UTC on MariaDB/MySQL (a
+    per-dialect variant of the column, as the schema declares it for Alembic)."""
+    return _Timestamptz().with_variant(_IsoText(), "sqlite").with_variant(_UTCDatetime6(), *MYSQL)
 
 
 class JSONText(TypeDecorator[Any]):
@@ -124,7 +145,7 @@ class JSONText(TypeDecorator[Any]):
     document ``12345678901234567890123`` into a float; TEXT affinity keeps the exact text.
     """
 
-    impl = Text
+    impl: type[TypeEngine[Any]] = Text
     cache_ok = True
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
@@ -139,12 +160,33 @@ class JSONText(TypeDecorator[Any]):
             return damaged_json(value, exc)  # named with its row when a record is built
 
 
-JSONDocument = JSON().with_variant(JSONB(), "postgresql").with_variant(JSONText(), "sqlite")
-"""JSON text on SQLite, JSONB on PostgreSQL (documents queried inside: chats' metadata)."""
+class _JSONLongText(JSONText):
+    """JSON kept as ``LONGTEXT`` on MariaDB/MySQL: the same text on MariaDB (whose ``JSON`` is
+    ``LONGTEXT`` under another name) and MySQL, read inside with ``JSON_EXTRACT``."""
 
-JSONMessage = JSON().with_variant(JSONText(), "sqlite")
-"""JSON text on SQLite, ``json`` on PostgreSQL: a message is written once and read whole, so
-it keeps the text the library wrote (``jsonb`` would be turned back into text on every read)."""
+    impl = mysql.LONGTEXT
+    cache_ok = True
+
+
+JSONDocument = (
+    JSON()
+    .with_variant(JSONB(), "postgresql")
+    .with_variant(JSONText(), "sqlite")
+    .with_variant(_JSONLongText(), *MYSQL)
+)
+"""JSON text on SQLite and MariaDB/MySQL, JSONB on PostgreSQL (documents queried inside:
+chats' metadata)."""
+
+JSONMessage = JSON().with_variant(JSONText(), "sqlite").with_variant(mysql.LONGTEXT(), *MYSQL)
+"""JSON text on SQLite, ``json`` on PostgreSQL, ``LONGTEXT`` on MariaDB/MySQL: a message is
+written once and read whole, so it keeps the text the library wrote (``jsonb`` would be turned
+back into text on every read)."""
+
+LongText = Text().with_variant(mysql.LONGTEXT(), *MYSQL)
+"""Text of any length (MariaDB's and MySQL's ``TEXT`` holds 64 KiB)."""
+
+LongBinary = LargeBinary().with_variant(mysql.LONGBLOB(), *MYSQL)
+"""Bytes of any length (MariaDB's and MySQL's ``BLOB`` holds 64 KiB)."""
 
 
 class Base(DeclarativeBase):
@@ -160,7 +202,7 @@ class ChatRow(Base):
 
     id: Mapped[str] = mapped_column(String(255), primary_key=True)
     user_id: Mapped[str] = mapped_column(String(255))
-    title: Mapped[str | None] = mapped_column(Text)
+    title: Mapped[str | None] = mapped_column(LongText)
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONDocument)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
@@ -292,7 +334,7 @@ class BlobRow(Base):
     hash: Mapped[str] = mapped_column(String(64), primary_key=True)
     size: Mapped[int] = mapped_column(BigInteger)
     media_type: Mapped[str] = mapped_column(String(255))
-    content: Mapped[bytes] = mapped_column(LargeBinary)
+    content: Mapped[bytes] = mapped_column(LongBinary)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
@@ -305,7 +347,7 @@ class SnapshotRow(Base):
     chat_id: Mapped[str] = mapped_column(String(255), ForeignKey("chats.id", ondelete="CASCADE"))
     message_id: Mapped[str | None] = mapped_column(String(255), ForeignKey("messages.id"))
     selection: Mapped[str] = mapped_column(String(16))
-    summary: Mapped[str | None] = mapped_column(Text)
+    summary: Mapped[str | None] = mapped_column(LongText)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
     __table_args__ = (
@@ -324,9 +366,9 @@ class SnapshotItemRow(Base):
     )
     position: Mapped[int] = mapped_column(Integer, primary_key=True)
     kind: Mapped[str] = mapped_column(String(16))
-    path: Mapped[str] = mapped_column(Text)
+    path: Mapped[str] = mapped_column(LongText)
     blob_hash: Mapped[str] = mapped_column(String(64), ForeignKey("blobs.hash"))
-    preview: Mapped[str | None] = mapped_column(Text)
+    preview: Mapped[str | None] = mapped_column(LongText)
     media_type: Mapped[str] = mapped_column(String(255))
     size: Mapped[int] = mapped_column(BigInteger)
     selection: Mapped[str | None] = mapped_column(String(16))

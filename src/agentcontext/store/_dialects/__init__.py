@@ -23,6 +23,7 @@ from agentcontext.store._dialects.base import (
     Mode,
     UnitLocks,
 )
+from agentcontext.store._dialects.mysql import MySQLDialect
 from agentcontext.store._dialects.postgresql import PostgresDialect
 from agentcontext.store._dialects.sqlite import SqliteDialect
 
@@ -33,6 +34,7 @@ __all__ = [
     "Dialect",
     "EngineOptions",
     "Mode",
+    "MySQLDialect",
     "PostgresDialect",
     "SqliteDialect",
     "UnitLocks",
@@ -44,23 +46,23 @@ __all__ = [
     "for_url",
 ]
 
+_CLASSES: tuple[type[Dialect], ...] = (SqliteDialect, PostgresDialect, MySQLDialect)
 _DIALECTS: dict[str, type[Dialect]] = {
-    SqliteDialect.name: SqliteDialect,
-    PostgresDialect.name: PostgresDialect,
+    name: cls for cls in _CLASSES for name in (cls.name, *cls.aliases)
 }
 
 
 def dialect_classes() -> list[type[Dialect]]:
     """Every dialect the store supports."""
-    return list(_DIALECTS.values())
+    return list(_CLASSES)
 
 
 def dialect_class(name: str) -> type[Dialect]:
     """The `Dialect` class of a SQLAlchemy dialect name, or `InvalidInputError`."""
     found = _DIALECTS.get(name)
     if found is None:
-        titles = " and ".join(d.title for d in _DIALECTS.values())
-        examples = " or ".join(f"{d.name}+{d.driver}://" for d in _DIALECTS.values())
+        titles = ", ".join(d.title for d in _CLASSES)
+        examples = " or ".join(f"{d.name}+{d.driver}://" for d in _CLASSES)
         raise InvalidInputError(
             f"agentcontext supports {titles}, not {name!r}; use a {examples} URL"
         )
@@ -70,18 +72,21 @@ def dialect_class(name: str) -> type[Dialect]:
 def for_url(url: URL, options: EngineOptions) -> Dialect:
     """The dialect of a store made from ``url`` (its driver and its options checked)."""
     cls = dialect_class(url.get_backend_name())
-    if url.get_driver_name() != cls.driver:
+    if url.get_driver_name() not in (cls.drivers or (cls.driver,)):
+        named = " or ".join(cls.drivers or (cls.driver,))
         raise InvalidInputError(
-            f"use the {cls.driver} driver for {url.get_backend_name()}: "
-            f"{cls.name}+{cls.driver}://... (got {url.drivername})"
+            f"use the {named} driver for {url.get_backend_name()}: "
+            f"{url.get_backend_name()}+{cls.driver}://... (got {url.drivername})"
         )
     _refuse_foreign(cls, options)
+    if options.schema is not None:
+        cls.check_schema(options.schema)
     return cls.from_url(url, options)
 
 
 def _refuse_foreign(cls: type[Dialect], options: EngineOptions) -> None:
     changed = options.changed_options
-    for other in _DIALECTS.values():
+    for other in _CLASSES:
         foreign = sorted((other.options - cls.options) & changed)
         if other is not cls and foreign:
             raise cls.refuse(foreign, other)
@@ -97,6 +102,8 @@ def for_engine(engine: AsyncEngine, options: EngineOptions) -> Dialect:
     """The dialect of a store on a caller's engine (the engine is made ready for it)."""
     cls = dialect_class(engine.dialect.name)
     _refuse_foreign(cls, options)
+    if options.schema is not None:
+        cls.check_schema(options.schema)
     return cls.from_engine(engine, options)
 
 

@@ -16,7 +16,17 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Protocol
 
-from sqlalchemy import ColumnElement, Connection, Select, Table, and_, bindparam, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Select,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    select,
+    update,
+)
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -86,16 +96,32 @@ class Dialect(abc.ABC):
 
     name: ClassVar[str]
     """SQLAlchemy's name of the dialect (``"sqlite"``, ``"postgresql"``)."""
+    aliases: ClassVar[tuple[str, ...]] = ()
+    """Other SQLAlchemy names of the same dialect (``"mariadb"`` for ``"mysql"``)."""
     title: ClassVar[str]
     """Its name in messages (``"SQLite"``)."""
     driver: ClassVar[str]
-    """The async driver the store uses with it."""
+    """The async driver the store uses with it (by default)."""
+    drivers: ClassVar[tuple[str, ...]] = ()
+    """Every async driver a URL may name (empty: only `driver`)."""
     options: ClassVar[frozenset[str]]
     """The store options that apply to this dialect only (others' are refused)."""
     schema: str | None = None
     """The schema the store's tables live in (None: the database's default)."""
     atomic_needs_commit = False
     """Whether a lone statement runs inside a transaction to commit (behind PgBouncer)."""
+    first_revision: ClassVar[str] = "0001"
+    """The first migration that runs on this database: the ones before describe schemas it
+    never had (MariaDB/MySQL start at the schema of revision 0011)."""
+    migration_only: ClassVar[frozenset[str]] = frozenset()
+    """Names of what the migrations make on this database otherwise than the models say, or
+    besides them (an index the models cannot express here): left out of an autogenerate
+    comparison (``alembic check``)."""
+    entries_go_with_rows: ClassVar[bool] = False
+    """Whether deleting a message row takes its search entries with it (they live in the row,
+    or a cascading foreign key deletes them): else `unindex_rows` is given them first."""
+    atomic_append: ClassVar[bool] = True
+    """Whether `append` is one statement, atomic on its own (else it runs in a transaction)."""
     loop_bound_connections: ClassVar[bool] = True
     """Whether a connection belongs to the event loop that opened it, so that another loop
     cannot close it (asyncpg's); aiosqlite's run on a thread of their own and close from any."""
@@ -105,6 +131,10 @@ class Dialect(abc.ABC):
     @classmethod  # noqa: B027 - optional: nothing to check by default
     def check_options(cls, given: Mapping[str, Any]) -> None:
         """Check the values of this dialect's own options (`options`) beyond their types."""
+
+    @classmethod  # noqa: B027 - optional: no reserved names by default
+    def check_schema(cls, schema: str) -> None:
+        """Refuse (`InvalidInputError`) a ``schema=`` the server reserves for itself."""
 
     @classmethod
     def refuse(cls, names: list[str], other: type[Dialect]) -> InvalidInputError:
@@ -140,6 +170,15 @@ class Dialect(abc.ABC):
     @abc.abstractmethod
     def prepare(self, conn: Connection, mode: Mode) -> None:
         """Set a freshly checked-out connection up for a unit of work."""
+
+    def on_open(self, conn: Connection) -> None:  # noqa: B027 - optional
+        """Once, when a store first uses the database: check the server's settings (log what
+        should change; refuse only what cannot work)."""
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether a failed unit of work may simply run again: the server rolled it back to
+        break a deadlock, or it waited too long for a row lock (a lost race)."""
+        return False
 
     def join_transaction(self, conn: Connection) -> None:  # noqa: B027 - optional
         """Make sure a real transaction is open on a caller's connection (``store.using``)
@@ -319,6 +358,62 @@ class Dialect(abc.ABC):
     @abc.abstractmethod
     def take_migration_lock(self, connection: Connection) -> None:
         """Serialise concurrent migrations (inside the migration's transaction)."""
+
+    def release_migration_lock(self, connection: Connection) -> None:  # noqa: B027 - optional
+        """Release the lock of `take_migration_lock` when it outlives the transaction."""
+
+    def enter_schema(self, connection: Connection, schema: str, *, create: bool) -> None:
+        """Inside a migration's transaction: make the store's tables go in ``schema`` (a
+        checked name), creating it first with ``create``."""
+        raise InvalidInputError(f"{self.title} has no schemas to keep a store's tables in")
+
+    # --- statements a dialect may write its own way -----------------------------------------
+
+    def prepare_migrations(self, connection: Connection, schema: str | None) -> None:  # noqa: B027
+        """Before the migrations run (under their lock, in their transaction): anything the
+        database needs made its own way first (nothing by default)."""
+
+    def update_returning(
+        self, conn: Connection, table: Table, where: Sequence[Any], values: Mapping[str, Any],
+        column_: Any,
+    ) -> Any:  # fmt: skip
+        """``UPDATE table SET values WHERE where``, and ``column_`` of the row updated (None
+        when none matched)."""
+        return conn.scalar(update(table).where(*where).values(**values).returning(column_))
+
+    def upsert_returning(
+        self, conn: Connection, table: Table, values: Mapping[str, Any], keys: Sequence[Any],
+        updates: Mapping[str, Any], returning: Sequence[Any],
+    ) -> Any:  # fmt: skip
+        """Insert a row, or update ``updates`` (column name → value; a value may be
+        ``"excluded"`` for the inserted value) of the row with the same ``keys``; the row
+        written (``returning`` columns)."""
+        insert = self.insert(table)
+        changed = {
+            name: insert.excluded[name] if value == "excluded" else value
+            for name, value in updates.items()
+        }
+        statement = (
+            insert.values(**values)
+            .on_conflict_do_update(index_elements=list(keys), set_=changed)
+            .returning(*returning)
+        )
+        return conn.execute(statement).one()
+
+    def upsert_messages(self, conn: Connection, rows: list[dict[str, Any]]) -> list[Any]:
+        """Run `message_upsert` for ``rows``: ``(id, seq)`` of each row written (a message of
+        another chat with the same id is neither written nor returned)."""
+        statement = self._upsert_statement
+        if statement is None:
+            statement = self._upsert_statement = self.message_upsert()
+        return list(conn.execute(statement, rows).all())
+
+    _upsert_statement: Any = None
+
+    def delete_messages(self, conn: Connection, where: ColumnElement[bool]) -> int:
+        """Delete the messages matching ``where`` (children with their parents: whole
+        subtrees); how many."""
+        return int(conn.execute(delete(M).where(where)).rowcount or 0)
 
     @abc.abstractmethod
     def is_unique_violation(self, exc: BaseException) -> bool:

@@ -39,8 +39,10 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.schema import CreateSchema
 
 from agentcontext.errors import ContextError, InvalidInputError, StoreError, StoreUnavailableError
+from agentcontext.store._db.schema import SEARCH_HASHES_INDEX
 from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects.base import (
@@ -133,6 +135,8 @@ class PostgresDialect(Dialect):
     append_chunk = 50_000  # arrays: one statement, however many rows
     exact_candidates = False
     raw_json_misleads_planner = True  # json_send of the column is guessed 32 bytes wide
+    migration_only = frozenset({SEARCH_HASHES_INDEX})  # a model's index would be on SQLite too
+    entries_go_with_rows = True  # search_hashes is a column of the row
 
     def __init__(self, *, pgbouncer: bool = False, schema: str | None = None) -> None:
         self.pgbouncer = pgbouncer
@@ -158,6 +162,22 @@ class PostgresDialect(Dialect):
         if options.schema is not None:
             return PostgresDialect(pgbouncer=bool(options.pgbouncer), schema=options.schema)
         return _PGBOUNCER if options.pgbouncer else _POSTGRES
+
+    @classmethod
+    def check_schema(cls, schema: str) -> None:
+        if schema.startswith("pg_"):
+            raise InvalidInputError(
+                f"schema {schema!r} is not a usable schema name: PostgreSQL reserves names "
+                "starting with 'pg_' for its system schemas (pg_catalog, pg_toast, pg_temp_N, "
+                "...), and a store must not put its tables there; choose a tenant's own name, "
+                "e.g. 'tenant_acme'"
+            )
+        if schema == "information_schema":
+            raise InvalidInputError(
+                "schema 'information_schema' is not a usable schema name: it is PostgreSQL's "
+                "system schema of catalogue views (the SQL standard's), and a store must not "
+                "put its tables there; choose a tenant's own name, e.g. 'tenant_acme'"
+            )
 
     def make_engine(self, url: URL, options: EngineOptions, kwargs: dict[str, Any]) -> AsyncEngine:
         connect_args = dict(kwargs.pop("connect_args", None) or {})
@@ -329,6 +349,15 @@ class PostgresDialect(Dialect):
         # search's transaction index scans (and sequential scans) are off and the GIN index
         # is read as a bitmap, the matches then sorted newest first.
         conn.execute(_SEARCH_PLANS)
+
+    def enter_schema(self, connection: Connection, schema: str, *, create: bool) -> None:
+        # The schema unqualified names resolve to: ``SET LOCAL`` (``set_config(..., true)``,
+        # the value bound, not formatted into the SQL) lasts for the transaction only, so it
+        # holds behind PgBouncer in transaction pooling mode too.
+        if create:
+            connection.execute(CreateSchema(schema, if_not_exists=True))
+        quoted = connection.dialect.identifier_preparer.quote_identifier(schema)
+        connection.execute(text("SELECT set_config('search_path', :path, true)"), {"path": quoted})
 
     def take_migration_lock(self, connection: Connection) -> None:
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})

@@ -106,8 +106,9 @@ async def _fast(
     with gc_paused():  # a burst of new objects, none of them garbage
         rows = message_rows(records, {chat_id: owner})
     try:
+        atomic = dialect.atomic_append and len(rows) <= dialect.append_chunk
         return await db.run(
-            "atomic" if len(rows) <= dialect.append_chunk else "write",
+            "atomic" if atomic else "write",
             unit(
                 _branches.append_rows,
                 dialect,

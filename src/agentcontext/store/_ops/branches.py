@@ -141,9 +141,11 @@ def _name_taken(conn: Connection, chat_id: str, name: str) -> bool:
     return found is not None
 
 
-def create(conn: Connection, chat_id: str, name: str, head: str | None, activate: bool) -> Branch:
+def create(
+    conn: Connection, dialect: Dialect, chat_id: str, name: str, head: str | None, activate: bool
+) -> Branch:
     """A new branch (write transaction)."""
-    _chats.touch(conn, chat_id)
+    _chats.touch(conn, dialect, chat_id)
     depth = check_head(conn, chat_id, head)
     if _name_taken(conn, chat_id, name):
         raise BranchExistsError(f"chat {chat_id!r} already has a branch named {name!r}")
@@ -163,7 +165,7 @@ def fork(
     """The next free branch ``{base_name}-vN`` (or ``name``) at ``head``, with ``records``
     written on it (write transaction). The chat row lock serialises forks, so names never
     collide."""
-    version = _chats.touch(conn, chat_id)
+    version = _chats.touch(conn, dialect, chat_id)
     depth = check_head(conn, chat_id, head)
     if name is None:
         name = next_name(base_name, conn.scalars(select(B.c.name).where(B.c.chat_id == chat_id)))
@@ -301,9 +303,9 @@ def active(conn: Connection, chat_id: str) -> Branch | None:
     return None if row is None else _rows.branch(row)
 
 
-def set_active(conn: Connection, chat_id: str, branch_id: str) -> Branch:
+def set_active(conn: Connection, dialect: Dialect, chat_id: str, branch_id: str) -> Branch:
     """Make this branch the chat's only active one (write transaction)."""
-    _chats.touch(conn, chat_id)
+    _chats.touch(conn, dialect, chat_id)
     row = conn.execute(
         select(*BRANCH_COLS).where(B.c.id == branch_id, B.c.chat_id == chat_id)
     ).first()
@@ -326,13 +328,13 @@ class HeadMoved(Exception):
 
 
 def move_head(
-    conn: Connection, branch_id: str, message_id: str | None, expected: str | None
+    conn: Connection, dialect: Dialect, branch_id: str, message_id: str | None, expected: str | None
 ) -> bool:
     """Compare-and-swap a branch head (write transaction)."""
     chat_id = conn.scalar(select(B.c.chat_id).where(B.c.id == branch_id))
     if chat_id is None:
         raise BranchNotFoundError(f"no branch with id {branch_id!r}")
-    _chats.touch(conn, chat_id)
+    _chats.touch(conn, dialect, chat_id)
     depth = check_head(conn, chat_id, message_id)
     moved = conn.execute(
         update(B)
@@ -358,7 +360,7 @@ def append(
     chat_id = records[0].chat_id
     try:
         # Lock order everywhere: the chat row first, then branches.
-        version = _chats.touch(conn, chat_id)
+        version = _chats.touch(conn, dialect, chat_id)
         row = conn.execute(
             select(B.c.chat_id, B.c.head_message_id).where(B.c.id == branch_id)
         ).first()
@@ -453,9 +455,9 @@ def list_infos(conn: Connection, chat_id: str) -> list[BranchInfo]:
     ]
 
 
-def rename(conn: Connection, chat_id: str, old: str, new: str) -> Branch:
+def rename(conn: Connection, dialect: Dialect, chat_id: str, old: str, new: str) -> Branch:
     """Rename a branch (write transaction)."""
-    _chats.touch(conn, chat_id)
+    _chats.touch(conn, dialect, chat_id)
     branch = get(conn, chat_id, old)
     if branch is None:
         raise BranchNotFoundError(f"chat {chat_id!r} has no branch named {old!r}")
@@ -467,9 +469,9 @@ def rename(conn: Connection, chat_id: str, old: str, new: str) -> Branch:
     return _rows.build(Branch, {**branch.__dict__, "name": new})
 
 
-def remove(conn: Connection, chat_id: str, name: str) -> bool:
+def remove(conn: Connection, dialect: Dialect, chat_id: str, name: str) -> bool:
     """Delete a branch pointer (write transaction); never the active branch."""
-    _chats.touch(conn, chat_id)
+    _chats.touch(conn, dialect, chat_id)
     branch = get(conn, chat_id, name)
     if branch is None:
         return False

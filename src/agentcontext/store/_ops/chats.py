@@ -150,19 +150,20 @@ def get_or_insert(conn: Connection, chat: Chat) -> Chat:
     return chat
 
 
-def touch(conn: Connection, chat_id: str, *, count: int = 0) -> int:
+def touch(conn: Connection, dialect: Dialect, chat_id: str, *, count: int = 0) -> int:
     """Record a change to a chat: newer activity time, next change version, ``count`` more
     messages. Locks the chat row until the transaction ends; every write takes this lock
     first, so writers of one chat never deadlock. Returns the new version."""
-    version = conn.scalar(
-        update(C)
-        .where(C.c.id == chat_id)
-        .values(
-            updated_at=utcnow(),
-            version=C.c.version + 1,
-            message_count=C.c.message_count + count,
-        )
-        .returning(C.c.version)
+    version = dialect.update_returning(
+        conn,
+        C,
+        [C.c.id == chat_id],
+        {
+            "updated_at": utcnow(),
+            "version": C.c.version + 1,
+            "message_count": C.c.message_count + count,
+        },
+        C.c.version,
     )
     if version is None:
         raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
@@ -329,17 +330,19 @@ def delete_rows(conn: Connection, dialect: Dialect, chat_id: str) -> dict[str, i
     records = select(RR.c.id).where(RR.c.chat_id == chat_id)
     snapshot_ids = select(SN.c.id).where(SN.c.chat_id == chat_id)
     dialect.unindex_chat(conn, chat_id)
-    steps = (
+    counts: dict[str, int] = {}
+    for table, statement in (
         ("record_messages", delete(RM).where(RM.c.record_id.in_(records))),
         ("resolve_records", delete(RR).where(RR.c.chat_id == chat_id)),
         ("snapshot_items", delete(SI).where(SI.c.snapshot_id.in_(snapshot_ids))),
         ("snapshots", delete(SN).where(SN.c.chat_id == chat_id)),
         ("checkpoints", delete(K).where(K.c.chat_id == chat_id)),
         ("branches", delete(B).where(B.c.chat_id == chat_id)),
-        ("messages", delete(M).where(M.c.chat_id == chat_id)),
-        ("chats", delete(C).where(C.c.id == chat_id)),
-    )
-    return {table: int(conn.execute(statement).rowcount or 0) for table, statement in steps}
+    ):
+        counts[table] = int(conn.execute(statement).rowcount or 0)
+    counts["messages"] = dialect.delete_messages(conn, M.c.chat_id == chat_id)
+    counts["chats"] = int(conn.execute(delete(C).where(C.c.id == chat_id)).rowcount or 0)
+    return counts
 
 
 __all__ = [

@@ -35,29 +35,24 @@ def create(
     """Create a checkpoint, or move the one of that name (write transaction). ``branch_id``:
     the branch it is made on, if known."""
     now = utcnow()
-    _chats.touch(conn, chat_id)
+    _chats.touch(conn, dialect, chat_id)
     _branches.check_head(conn, chat_id, message_id)
-    insert = dialect.insert(K)
-    statement = (
-        insert.values(
-            id=new_id(),
-            chat_id=chat_id,
-            name=name,
-            message_id=message_id,
-            created_at=now,
-            branch_id=branch_id,
-        )
-        .on_conflict_do_update(
-            index_elements=[K.c.chat_id, K.c.name],
-            set_={
-                "message_id": insert.excluded.message_id,
-                "created_at": now,
-                "branch_id": insert.excluded.branch_id,
-            },
-        )
-        .returning(*CHECKPOINT_COLS)
+    row = dialect.upsert_returning(
+        conn,
+        K,
+        {
+            "id": new_id(),
+            "chat_id": chat_id,
+            "name": name,
+            "message_id": message_id,
+            "created_at": now,
+            "branch_id": branch_id,
+        },
+        [K.c.chat_id, K.c.name],
+        {"message_id": "excluded", "created_at": now, "branch_id": "excluded"},
+        CHECKPOINT_COLS,
     )
-    return _rows.checkpoint(conn.execute(statement).one())
+    return _rows.checkpoint(row)
 
 
 def get(conn: Connection, chat_id: str, name: str) -> Checkpoint | None:

@@ -108,14 +108,6 @@ def owners_of(conn: Connection, chat_ids: Iterable[str]) -> dict[str, str]:
     return found
 
 
-def _upsert(dialect: Dialect) -> Any:
-    """The message upsert, built once per dialect (building it costs more than running it)."""
-    statement = _UPSERTS.get(dialect.name)
-    if statement is None:
-        statement = _UPSERTS[dialect.name] = dialect.message_upsert()
-    return statement
-
-
 def write(
     conn: Connection,
     dialect: Dialect,
@@ -188,7 +180,7 @@ def write(
     old_entries = stored_terms_of(conn, dialect, old_seqs) if old_seqs else []
     for row in rows:
         row.update(dialect.search_row_values(new_terms[row["id"]]))
-    written = conn.execute(_upsert(dialect), rows).all()
+    written = dialect.upsert_messages(conn, rows)
     if len(written) != len(rows):
         # A concurrent writer created one of these ids in another chat after our check.
         raise InvalidGraphError(
@@ -318,14 +310,17 @@ def set_parent(conn: Connection, message_id: str, parent_id: str | None, touch: 
     subtree = base.union_all(
         select(child.c.id).where(child.c.chat_id == chat_id, child.c.parent_id == base.c.id)
     )
+    # (Read first: not every database updates a table through a query of itself.)
+    moved = conn.execute(select(subtree.c.id)).scalars().all()
     conn.execute(update(M).where(M.c.id == message_id).values(parent_id=parent_id))
     # The whole subtree's chains changed: new depths, and a new version so that engines
     # holding any of it in memory notice.
-    conn.execute(
-        update(M)
-        .where(M.c.id.in_(select(subtree.c.id)))
-        .values(depth=M.c.depth + (new_depth - old_depth), version=version)
-    )
+    for start in range(0, len(moved), IN_CHUNK):
+        conn.execute(
+            update(M)
+            .where(M.c.id.in_(moved[start : start + IN_CHUNK]))
+            .values(depth=M.c.depth + (new_depth - old_depth), version=version)
+        )
     # Heads inside the subtree moved with it.
     head_depth = select(M.c.depth).where(M.c.id == B.c.head_message_id).scalar_subquery()
     conn.execute(
@@ -336,11 +331,12 @@ def set_parent(conn: Connection, message_id: str, parent_id: str | None, touch: 
 def add(conn: Connection, dialect: Dialect, records: list[MessageRecord]) -> list[MessageRecord]:
     """`write` checked records of any chats as one change of each (write transaction)."""
     versions = {
-        chat_id: touch_chat(conn, chat_id) for chat_id in dict.fromkeys(r.chat_id for r in records)
+        chat_id: touch_chat(conn, dialect, chat_id)
+        for chat_id in dict.fromkeys(r.chat_id for r in records)
     }
     return write(conn, dialect, records, versions)
 
 
-def reparent(conn: Connection, message_id: str, parent_id: str | None) -> None:
+def reparent(conn: Connection, dialect: Dialect, message_id: str, parent_id: str | None) -> None:
     """`set_parent`, recorded as a change of the chat (write transaction)."""
-    set_parent(conn, message_id, parent_id, lambda chat_id: touch_chat(conn, chat_id))
+    set_parent(conn, message_id, parent_id, lambda chat_id: touch_chat(conn, dialect, chat_id))

@@ -462,6 +462,7 @@ def _delete_messages(conn: Connection, dialect: Dialect, gone: Sequence[str]) ->
     """Delete messages (deepest first, so no parent goes before its children) with their
     search entries."""
     for chunk in _chunks(gone):
-        seqs = conn.execute(select(M.c.seq).where(M.c.id.in_(chunk))).scalars().all()
-        dialect.unindex_rows(conn, stored_terms_of(conn, dialect, [int(seq) for seq in seqs]))
-        conn.execute(delete(M).where(M.c.id.in_(chunk)))
+        if not dialect.entries_go_with_rows:
+            seqs = conn.execute(select(M.c.seq).where(M.c.id.in_(chunk))).scalars().all()
+            dialect.unindex_rows(conn, stored_terms_of(conn, dialect, [int(seq) for seq in seqs]))
+        dialect.delete_messages(conn, M.c.id.in_(chunk))

@@ -102,7 +102,7 @@ def save_snapshot(
     created: datetime,
 ) -> None:
     """Store a checked snapshot and the contents it holds (write transaction)."""
-    _chats.touch(conn, chat_id)
+    _chats.touch(conn, dialect, chat_id)
     if message_id is not None:
         _branches.check_head(conn, chat_id, message_id)
     put_blobs(conn, dialect, held)
@@ -220,7 +220,7 @@ def insert_record(
     blobs: dict[str, tuple[bytes, str]],
 ) -> None:
     """Store a resolve record with its blobs (write transaction)."""
-    _chats.touch(conn, record.chat_id)
+    _chats.touch(conn, dialect, record.chat_id)
     if record.head_message_id is not None:
         _branches.check_head(conn, record.chat_id, record.head_message_id)
     put_blobs(conn, dialect, blobs)
@@ -306,8 +306,14 @@ def collect_garbage(conn: Connection) -> int:
         )
         .with_for_update(skip_locked=True)
     )
-    result = conn.execute(delete(BL).where(BL.c.hash.in_(unreferenced)))
-    return int(result.rowcount or 0)
+    # Read first, then delete: a DELETE whose subquery reads the table it deletes from is
+    # refused by MySQL.
+    hashes = list(conn.scalars(unreferenced))
+    dropped = 0
+    for start in range(0, len(hashes), 500):
+        chunk = hashes[start : start + 500]
+        dropped += int(conn.execute(delete(BL).where(BL.c.hash.in_(chunk))).rowcount or 0)
+    return dropped
 
 
 def record_blobs(

@@ -1,0 +1,613 @@
+"""MariaDB (10.11+) and MySQL (8.0+) through asyncmy (or aiomysql).
+
+What these servers make different, all of it here:
+
+- **Ids compare byte for byte.** Every table's text is ``utf8mb4`` in a binary collation that
+  does not pad (``utf8mb4_nopad_bin`` on MariaDB, ``utf8mb4_0900_bin`` on MySQL): ``"Abc"``,
+  ``"abc"`` and ``"abc "`` are three ids. (The tables are made by the migrations, which ask
+  the server which collation it has: `nopad_collation`.)
+- **Timestamps** are ``DATETIME(6)`` in UTC; every connection's session time zone is UTC.
+- **No data-modifying CTE, no RETURNING.** The append of a save is one short transaction:
+  the chat row updated first (every writer's lock order: the chat, then the branch), a
+  locking read of the branch row, the message rows, their search terms, the head moved; the
+  compare-and-swap is the locking read (the head must be the first row's parent). Upserts
+  read back what they wrote.
+- **Deadlocks and lock wait timeouts** (1213, 1205) roll the transaction back: the unit is
+  run again (`is_transient`), never reported as a driver error.
+- **Recursive walks** are not cut: MariaDB stops a recursive CTE after
+  ``max_recursive_iterations`` (1 000 by default) and MySQL after ``cte_max_recursion_depth``
+  (1 000); every connection of the store raises its own limit.
+- **Search** keys a side table, ``message_terms (term, seq)``, by each message's search terms
+  (its tokens under its chat's and its user's masks, as signed 64-bit numbers): a search joins
+  the query's terms there, reading the scope's entries only.
+- **Packets.** A statement is one packet of at most ``max_allowed_packet`` bytes: a store
+  reads it on each connection, says once if it is too small for the largest message a store
+  takes (`PACKET_NEEDED`), and refuses a message that does not fit with the setting to raise.
+- ``schema=`` names a database on the same server (created when missing under
+  ``migrate="auto"``). Read replicas are PostgreSQL's: refused here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    ColumnElement,
+    Connection,
+    LargeBinary,
+    MetaData,
+    Select,
+    String,
+    Table,
+    Text,
+    and_,
+    bindparam,
+    case,
+    cast,
+    delete,
+    event,
+    func,
+    literal,
+    select,
+    text,
+    type_coerce,
+    update,
+)
+from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.schema import CreateSchema
+
+from agentcontext.errors import (
+    ContextError,
+    InvalidInputError,
+    StoreError,
+    StoreUnavailableError,
+)
+from agentcontext.store._db.schema import VERSION_TABLE
+from agentcontext.store._db.schema import branches as B
+from agentcontext.store._db.schema import chats as C
+from agentcontext.store._db.schema import messages as M
+from agentcontext.store._dialects.base import (
+    AppendRefused,
+    Dialect,
+    EngineOptions,
+    MessageRow,
+    Mode,
+    candidate_columns,
+    orig,
+)
+from agentcontext.store._rows.decode import damaged_time
+from agentcontext.store._rows.terms import ScopedTerms
+
+__all__ = [
+    "PACKET_NEEDED",
+    "TERMS",
+    "MySQLDialect",
+    "int8_terms",
+    "nopad_collation",
+]
+
+_log = logging.getLogger("agentcontext")
+
+TERMS = Table(
+    "message_terms",
+    MetaData(),
+    Column("seq", BigInteger, primary_key=True),
+    Column("term", BigInteger, primary_key=True),
+)
+"""The search index of MariaDB/MySQL (made by the migrations): one row per search term of a
+message, keyed ``(seq, term)`` and indexed ``(term, seq)``; a cascading foreign key deletes a
+message's entries with it."""
+
+PACKET_NEEDED = 64 * 2**20
+"""The ``max_allowed_packet`` a store needs for its largest message: 16 MiB of text, in JSON
+(escaped characters take more room), sent in one statement."""
+_PACKET_MARGIN = 64 * 1024
+"""Room a statement needs besides its values."""
+
+_QUERY_TERMS = 4
+"""Terms one search statement joins (a longer query's other words are checked in Python)."""
+
+_SIGN = 1 << 63
+_MASK64 = (1 << 64) - 1
+
+_SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
+_MIGRATION_LOCK = "agentcontext_migrate"
+
+_TRANSIENT = frozenset({1205, 1213})
+_UNIQUE = frozenset({1062, 1586})
+_FOREIGN_KEY = frozenset({1216, 1217, 1451, 1452})
+_OUT_OF_RANGE = frozenset({1264, 1292, 1367, 1406, 1690})
+_UNREACHABLE = frozenset({1040, 1044, 1045, 1129, 1130, 2002, 2003, 2005, 2006, 2013, 2055})
+_TOO_LARGE = frozenset({1153, 1301})
+_UNKNOWN_DATABASE = 1049
+
+
+def errno(exc: BaseException) -> int | None:
+    """The server's (or the client's) error number of a MariaDB/MySQL error, if any."""
+    found = orig(exc)
+    args = getattr(found, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def nopad_collation(conn: Connection) -> str:
+    """The binary, non-padding ``utf8mb4`` collation of the server ``conn`` reaches."""
+    return "utf8mb4_nopad_bin" if getattr(conn.dialect, "is_mariadb", False) else "utf8mb4_0900_bin"
+
+
+def int8_terms(terms: ScopedTerms) -> list[int]:
+    """A message's search terms as MariaDB/MySQL keys them: for each token, its hash under its
+    chat's mask, then under its user's (their XOR), as a signed 64-bit number. Part of the
+    on-disk format."""
+    chat, user = terms.chat, terms.user
+    hashes = terms.hashes
+    return [((h ^ chat) & _MASK64) - _SIGN for h in hashes] + [
+        ((h ^ user) & _MASK64) - _SIGN for h in hashes
+    ]
+
+
+class MySQLDialect(Dialect):
+    """MariaDB and MySQL through asyncmy (or aiomysql)."""
+
+    name = "mysql"
+    aliases = ("mariadb",)
+    title = "MariaDB/MySQL"
+    driver = "asyncmy"
+    drivers = ("asyncmy", "aiomysql")
+    options = frozenset({"connect_timeout", "command_timeout", "schema"})
+    first_revision = "0011"  # the schema as it was then, made at once
+    append_chunk = 500
+    atomic_append = False  # an append is several statements: a write transaction
+    exact_candidates = False
+    search_mode = "read"
+    # No partial index here: one active branch per chat is a unique index on a generated
+    # column, compaction summaries have an index of their own; the search table is ours.
+    migration_only = frozenset(
+        {"message_terms", "active_chat_id", "uq_branches_chat_id_active", "ix_messages_compactions"}
+    )
+    entries_go_with_rows = True  # message_terms' foreign key cascades
+
+    def __init__(self, *, schema: str | None = None) -> None:
+        self.schema = schema
+
+    # --- engine -----------------------------------------------------------------------------
+
+    @classmethod
+    def check_schema(cls, schema: str) -> None:
+        if schema in _SYSTEM_SCHEMAS:
+            raise InvalidInputError(
+                f"schema {schema!r} is not a usable schema name: it is a system database of "
+                "MariaDB/MySQL, and a store must not put its tables there; choose a tenant's "
+                "own name, e.g. 'tenant_acme'"
+            )
+
+    @classmethod
+    def refuse(cls, names: list[str], other: type[Dialect]) -> InvalidInputError:
+        if "read_replicas" in names or "replica_wait" in names:
+            return InvalidInputError(
+                "read_replicas= sends reads to PostgreSQL streaming standbys, with a "
+                "read-your-writes guarantee built on PostgreSQL's WAL positions; a MariaDB/MySQL "
+                "store has no such guarantee to offer: drop read_replicas= (reads and writes go "
+                "to the server of the URL)"
+            )
+        return super().refuse(names, other)
+
+    @classmethod
+    def from_url(cls, url: URL, options: EngineOptions) -> MySQLDialect:
+        return MySQLDialect(schema=options.schema)
+
+    @classmethod
+    def from_engine(cls, engine: AsyncEngine, options: EngineOptions) -> MySQLDialect:
+        install_hooks(engine, None)
+        return MySQLDialect(schema=options.schema)
+
+    def make_engine(self, url: URL, options: EngineOptions, kwargs: dict[str, Any]) -> AsyncEngine:
+        connect_args = dict(kwargs.pop("connect_args", None) or {})
+        connect_args.setdefault("connect_timeout", int(max(1, round(options.connect_timeout))))
+        if "charset" not in url.query:
+            url = url.update_query_dict({"charset": "utf8mb4"})
+        # The server closes a connection idle for wait_timeout (8 hours by default).
+        kwargs.setdefault("pool_recycle", 3600)
+        # Writes lock what they change and read the latest rows: no snapshot is needed
+        # (`prepare` asks for one where a call reads several times).
+        kwargs.setdefault("isolation_level", "READ COMMITTED")
+        engine = create_async_engine(url, connect_args=connect_args, **kwargs)
+        install_hooks(engine, options.command_timeout)
+        return engine
+
+    def prepare(self, conn: Connection, mode: Mode) -> None:
+        if mode == "snapshot":
+            # InnoDB's REPEATABLE READ: the reads of the unit see one snapshot.
+            conn.execution_options(isolation_level="REPEATABLE READ")
+
+    def on_open(self, conn: Connection) -> None:
+        packet = int(conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar_one())
+        if packet < PACKET_NEEDED:
+            _log.warning(
+                "the MariaDB/MySQL server of this store allows statements of %d bytes "
+                "(max_allowed_packet): a message of more than about %d MiB of text will be "
+                "refused. Raise max_allowed_packet to %d (64M) or more to store messages up to "
+                "the 16 MiB limit: SET GLOBAL max_allowed_packet = %d, and in the server's "
+                "configuration ([mysqld] max_allowed_packet = 64M)",
+                packet,
+                max(0, packet - _PACKET_MARGIN) // 2**20 // 3,
+                PACKET_NEEDED,
+                PACKET_NEEDED,
+            )
+
+    def database_identity(self, conn: Connection) -> tuple[Any, ...]:
+        row = conn.exec_driver_sql(
+            "SELECT @@hostname, @@port, @@datadir, DATABASE()"
+        ).one()  # fmt: skip
+        return ("mysql", *row)
+
+    # --- values ------------------------------------------------------------------------------
+
+    def encode_time(self, moment: datetime) -> datetime:
+        return moment.astimezone(UTC).replace(tzinfo=None)
+
+    def decode_time(self, value: Any) -> Any:
+        if isinstance(value, datetime):
+            return value.replace(tzinfo=UTC)
+        return damaged_time(value)
+
+    def raw_json(self, column_: Any) -> ColumnElement[Any]:
+        # The UTF-8 bytes of the text: no str made for each row only to be parsed.
+        return cast(column_, LargeBinary)
+
+    def raw_time(self, column_: Any) -> ColumnElement[Any]:
+        return type_coerce(column_, mysql.DATETIME(fsp=6))
+
+    # --- statements --------------------------------------------------------------------------
+
+    def insert(self, table: Table) -> Any:
+        return mysql.insert(table)
+
+    def insert_blobs(self, table: Table) -> Any:
+        # Touch an existing row (it stays locked until the writer's transaction ends, so a
+        # concurrent garbage collection cannot delete it).
+        insert = mysql.insert(table)
+        return insert.on_duplicate_key_update(size=insert.inserted.size)
+
+    def metadata_filter(self, column: Any, wanted: Mapping[str, str | int | bool]) -> Any:
+        clauses = []
+        for key, value in wanted.items():
+            path = "$." + json.dumps(key, ensure_ascii=False)  # the key as the document has it
+            found = func.json_extract(column, literal(path, String))
+            if isinstance(value, bool):
+                kind, shown = "BOOLEAN", "true" if value else "false"
+            elif isinstance(value, int):
+                kind, shown = "INTEGER", str(value)
+            else:
+                kind, shown = "STRING", value
+            # Compared as UTF-8 bytes: exactly, whatever the connection's collation.
+            clauses.append(and_(
+                func.json_type(found) == kind,
+                cast(func.json_unquote(found), LargeBinary)
+                == cast(literal(shown, String), LargeBinary),
+            ))  # fmt: skip
+        return and_(*clauses)
+
+    def roles_filter(self, column_: ColumnElement[Any]) -> ColumnElement[bool]:
+        return func.json_contains(bindparam("roles", type_=Text), func.json_quote(column_)) == 1
+
+    def roles_value(self, roles: Sequence[str]) -> Any:
+        return json.dumps(list(roles))
+
+    def lock_chat(self, conn: Connection, chat_id: str) -> None:
+        conn.execute(select(literal(1)).where(C.c.id == chat_id).with_for_update())
+
+    def update_returning(
+        self, conn: Connection, table: Table, where: Sequence[Any], values: Mapping[str, Any],
+        column_: Any,
+    ) -> Any:  # fmt: skip
+        # The driver counts matched rows (CLIENT_FOUND_ROWS): an update that changes nothing
+        # still counts.
+        if not conn.execute(update(table).where(*where).values(**values)).rowcount:
+            return None
+        return conn.scalar(select(column_).where(*where))
+
+    def upsert_returning(
+        self, conn: Connection, table: Table, values: Mapping[str, Any], keys: Sequence[Any],
+        updates: Mapping[str, Any], returning: Sequence[Any],
+    ) -> Any:  # fmt: skip
+        insert = mysql.insert(table).values(**values)
+        changed = {
+            name: insert.inserted[name] if value == "excluded" else value
+            for name, value in updates.items()
+        }
+        conn.execute(insert.on_duplicate_key_update(**changed))
+        return conn.execute(
+            select(*returning).where(*(key == values[key.name] for key in keys))
+        ).one()
+
+    def upsert_messages(self, conn: Connection, rows: list[dict[str, Any]]) -> list[Any]:
+        _check_packet(conn, [row["data_json"] for row in rows])
+        insert = mysql.insert(M)
+        same = M.c.chat_id == insert.inserted.chat_id
+
+        def kept(name: str) -> Any:
+            return case((same, insert.inserted[name]), else_=M.c[name])
+
+        statement = insert.values(data=bindparam("data_json", type_=Text)).on_duplicate_key_update(
+            name=kept("name"), type=kept("type"), data=kept("data"), version=kept("version")
+        )
+        conn.execute(statement, rows)
+        wanted = {row["id"]: row["chat_id"] for row in rows}
+        found = conn.execute(
+            select(M.c.id, M.c.seq, M.c.chat_id).where(M.c.id.in_(list(wanted)))
+        ).all()
+        return [(i, seq) for i, seq, chat_id in found if wanted.get(i) == chat_id]
+
+    def delete_messages(self, conn: Connection, where: ColumnElement[bool]) -> int:
+        # InnoDB checks a foreign key at each row, not at the end of the statement: a parent
+        # deleted before its child would be refused. The links inside what goes are cut first.
+        conn.execute(update(M).where(where, M.c.parent_id.is_not(None)).values(parent_id=None))
+        return int(conn.execute(delete(M).where(where)).rowcount or 0)
+
+    # --- the append of a save ------------------------------------------------------------------
+
+    def append(
+        self,
+        conn: Connection,
+        branch_id: str,
+        rows: Sequence[MessageRow],
+        *,
+        first: bool,
+        new_head: str,
+        touched_at: datetime,
+        owner: str,
+        report_version: bool = True,
+    ) -> int | None:
+        chat_id = rows[0].chat_id
+        _check_packet(conn, [row.data for row in rows])
+        # The chat row first (the lock order of every writer), only if it still belongs to
+        # the user the search terms were made for.
+        touched = conn.execute(
+            update(C)
+            .where(C.c.id == chat_id, C.c.user_id == owner)
+            .values(
+                updated_at=touched_at,
+                version=C.c.version + (1 if first else 0),
+                message_count=C.c.message_count + len(rows),
+            )
+        )
+        if not touched.rowcount:
+            raise AppendRefused("owner")  # (or the chat is gone: the general path says)
+        found = conn.execute(
+            select(B.c.head_message_id, B.c.head_depth, C.c.version)
+            .join_from(B, C, C.c.id == B.c.chat_id)
+            .where(B.c.id == branch_id, B.c.chat_id == chat_id)
+            .with_for_update()
+        ).first()
+        if found is None:
+            raise AppendRefused("branch")
+        head, depth, version = found
+        if head != rows[0].parent_id:
+            raise AppendRefused("moved")
+        values = [
+            {
+                "id": row.id,
+                "chat_id": chat_id,
+                "parent_id": row.parent_id,
+                "depth": int(depth) + step,
+                "name": row.name,
+                "type": row.type,
+                "data_json": row.data,
+                "created_at": row.created_at,
+                "version": int(version),
+            }
+            for step, row in enumerate(rows, 1)
+        ]
+        try:
+            conn.execute(_INSERT_MESSAGES, values)
+        except DBAPIError as exc:
+            if self.is_unique_violation(exc):
+                raise AppendRefused("exists") from None
+            raise
+        seqs = dict(
+            conn.execute(select(M.c.id, M.c.seq).where(M.c.id.in_([row.id for row in rows]))).all()
+        )
+        self.index_rows(conn, [(int(seqs[row.id]), row.terms) for row in rows])
+        conn.execute(
+            update(B)
+            .where(B.c.id == branch_id)
+            .values(head_message_id=new_head, head_depth=int(depth) + len(rows))
+        )
+        return int(version)
+
+    # --- search ------------------------------------------------------------------------------
+
+    def message_upsert(self) -> Any:
+        raise NotImplementedError("MariaDB/MySQL upserts messages in upsert_messages")
+
+    def search_row_values(self, terms: ScopedTerms) -> dict[str, Any]:
+        return {}  # the side table is kept by index_rows / unindex_rows
+
+    def index_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
+        batch = [{"term": term, "seq": seq} for seq, terms in rows for term in int8_terms(terms)]
+        for start in range(0, len(batch), 5000):
+            conn.execute(
+                mysql.insert(TERMS).prefix_with("IGNORE"), batch[start : start + 5000]
+            )  # fmt: skip
+
+    def unindex_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
+        # Rows about to be rewritten in place: all their entries go (the PRIMARY KEY starts
+        # with seq). A deleted row's go with it (the foreign key cascades).
+        seqs = [seq for seq, _ in rows]
+        for start in range(0, len(seqs), 2000):
+            conn.execute(delete(TERMS).where(TERMS.c.seq.in_(seqs[start : start + 2000])))
+
+    def _candidates(self, scope: ColumnElement[bool]) -> Select[Any]:
+        # The first term's rows of the scope, newest first, that every other term has too:
+        # each a join on the side table's key (term, seq); the server starts from whichever
+        # term it finds fewer rows of.
+        first = TERMS.alias("t0")
+        joined: Any = first
+        for index in range(1, _QUERY_TERMS):
+            other = TERMS.alias(f"t{index}")
+            joined = joined.join(
+                other, and_(other.c.term == bindparam(f"term_{index}"), other.c.seq == first.c.seq)
+            )
+        joined = joined.join(M, M.c.seq == first.c.seq)
+        return (
+            select(*candidate_columns(self))
+            .select_from(joined)
+            .where(
+                first.c.term == bindparam("term_0"), first.c.seq < bindparam("before_seq"), scope
+            )
+            .order_by(first.c.seq.desc())
+            .limit(bindparam("search_limit"))
+        )
+
+    def search_params(self, mask: int, hashes: list[int]) -> dict[str, Any]:
+        terms = [((h ^ mask) & _MASK64) - _SIGN for h in hashes]
+        # A query of fewer terms repeats its first (a join on the same row, always true).
+        chosen = (terms * _QUERY_TERMS)[:_QUERY_TERMS] if terms else [0] * _QUERY_TERMS
+        return {f"term_{index}": term for index, term in enumerate(chosen)}
+
+    # --- locks and errors ----------------------------------------------------------------------
+
+    def take_migration_lock(self, connection: Connection) -> None:
+        # A named lock of the server: held by this connection until released (DDL commits
+        # transactions, so no transaction-scoped lock outlives the first statement).
+        got = connection.execute(
+            text("SELECT GET_LOCK(:name, :seconds)"), {"name": _MIGRATION_LOCK, "seconds": 300}
+        ).scalar()
+        if got != 1:
+            raise StoreError(
+                "another process has been migrating this MariaDB/MySQL database for five "
+                "minutes; wait for it to end, then try again"
+            )
+
+    def release_migration_lock(self, connection: Connection) -> None:
+        connection.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": _MIGRATION_LOCK})
+
+    def enter_schema(self, connection: Connection, schema: str, *, create: bool) -> None:
+        # A schema is a database of the server (its tables state their own collation). The
+        # migrations' tables are translated to it.
+        if create:
+            connection.execute(CreateSchema(schema, if_not_exists=True))
+        connection.execution_options(schema_translate_map={None: schema})
+
+    def prepare_migrations(self, connection: Connection, schema: str | None) -> None:
+        # Alembic names the version table's primary key, which these servers ignore with a
+        # warning logged by the driver: the table is made here first, as Alembic would.
+        _VERSION.create(connection, checkfirst=True)
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return errno(exc) in _TRANSIENT
+
+    def is_unique_violation(self, exc: BaseException) -> bool:
+        return errno(exc) in _UNIQUE
+
+    def is_foreign_key_violation(self, exc: BaseException) -> bool:
+        return errno(exc) in _FOREIGN_KEY
+
+    def is_out_of_range(self, exc: BaseException) -> bool:
+        found = orig(exc)
+        return errno(exc) in _OUT_OF_RANGE or isinstance(found, OverflowError)
+
+    def translate(
+        self, exc: BaseException, reason: str, url: URL, busy: bool
+    ) -> ContextError | None:
+        shown = url.render_as_string(hide_password=True)
+        number = errno(exc)
+        if number == _UNKNOWN_DATABASE:
+            return StoreUnavailableError(
+                f"the database {url.database!r} does not exist on the server of {shown}; "
+                f"create it with: CREATE DATABASE `{url.database}` CHARACTER SET utf8mb4 (the "
+                "store then creates its tables on first use, or run: agentcontext migrate "
+                "upgrade)"
+            )
+        if number in _TOO_LARGE:
+            return InvalidInputError(
+                f"a statement was larger than the server of {shown} allows ({reason}); raise "
+                f"max_allowed_packet to {PACKET_NEEDED} (64M) or more on the server"
+            )
+        if number in _TRANSIENT:
+            return StoreUnavailableError(
+                f"the server of {shown} kept rolling this call back to break deadlocks, or it "
+                f"waited too long for a row lock ({reason}); nothing was written: try again "
+                "(innodb_lock_wait_timeout bounds the wait)"
+            )
+        if number in _UNREACHABLE:
+            return StoreUnavailableError(
+                f"cannot reach the database at {shown}: {reason}. Check that the server is "
+                "running, the URL is right and the user may connect; the store reconnects by "
+                "itself once it is back"
+            )
+        return None
+
+
+def _check_packet(conn: Connection, texts: Sequence[str | None]) -> None:
+    """Refuse a statement the server would refuse for its size, naming the setting."""
+    limit = conn.info.get("max_allowed_packet")
+    if not isinstance(limit, int):
+        return
+    size = sum(len(value) for value in texts if value)
+    if size + _PACKET_MARGIN <= limit // 4:
+        return  # however many bytes each character takes
+    size = sum(len(value.encode()) for value in texts if value)
+    if size + _PACKET_MARGIN > limit:
+        raise InvalidInputError(
+            f"the message(s) hold {size} bytes of JSON, more than the server allows in one "
+            f"statement (max_allowed_packet = {limit}); raise max_allowed_packet to "
+            f"{PACKET_NEEDED} (64M) or more to store messages up to the 16 MiB limit"
+        )
+
+
+_VERSION = Table(VERSION_TABLE, MetaData(), Column("version_num", String(32), primary_key=True))
+"""Alembic's version table, as Alembic makes it (but for its primary key's name)."""
+
+_INSERT_MESSAGES = mysql.insert(M).values(data=bindparam("data_json", type_=Text))
+"""The rows of an append (run for many rows at once: one multi-row statement)."""
+
+
+def install_hooks(engine: AsyncEngine, command_timeout: float | None) -> None:
+    """Set every new connection of ``engine`` up for the store (once per engine): UTC session
+    time, strict SQL mode, recursive walks of any length, the statement timeout, and what the
+    server allows in one statement (read into the connection's ``info``)."""
+    sync_engine = engine.sync_engine
+    if sync_engine.__dict__.get("_agentcontext_hooks"):
+        return
+    sync_engine.__dict__["_agentcontext_hooks"] = True
+
+    @event.listens_for(sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("SELECT VERSION(), @@max_allowed_packet")
+            version, packet = cursor.fetchone()
+            record.info["max_allowed_packet"] = int(packet)
+            mariadb = "mariadb" in str(version).lower()
+            timeout = 0.0 if command_timeout is None else float(command_timeout)
+            if mariadb:
+                cursor.execute(_MARIADB_SESSION, (timeout,))
+            else:
+                cursor.execute(_MYSQL_SESSION, (int(timeout * 1000),))
+        finally:
+            cursor.close()
+
+
+_MARIADB_SESSION = (
+    "SET SESSION time_zone = '+00:00', "
+    "sql_mode = CONCAT(@@sql_mode, ',STRICT_TRANS_TABLES,NO_ZERO_DATE'), "
+    "max_recursive_iterations = 4294967295, max_statement_time = %s"
+)
+"""A MariaDB connection's settings: UTC, strict, recursive walks of any length, the
+statement timeout in seconds (0: none)."""
+_MYSQL_SESSION = (
+    "SET SESSION time_zone = '+00:00', "
+    "sql_mode = CONCAT(@@sql_mode, ',STRICT_TRANS_TABLES,NO_ZERO_DATE'), "
+    "cte_max_recursion_depth = 4294967295, max_execution_time = %s"
+)
+"""A MySQL connection's: the same, the timeout in milliseconds (of reads; 0: none)."""

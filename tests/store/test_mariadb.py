@@ -1,0 +1,230 @@
+"""What MariaDB (and MySQL) make different, each handled by the dialect: binary collations on
+a server whose default is not, deadlocks and lock waits retried, the packet limit named,
+migrations that finish after an interruption, both drivers, and clear errors."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from agentcontext import (
+    ContextEngine,
+    InvalidInputError,
+    SqlContextStore,
+    StoreUnavailableError,
+    assistant_text,
+    user,
+)
+from agentcontext.store._dialects.mysql import PACKET_NEEDED
+from tests.conftest import _my_exec, fresh_mariadb_database, require_mariadb, run_sync
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    """An empty database, made with the server's default collation (case-insensitive)."""
+    require_mariadb()
+    with fresh_mariadb_database("acmaria") as made:
+        yield made
+
+
+@pytest.fixture
+async def store(url: str) -> AsyncIterator[SqlContextStore]:
+    async with SqlContextStore(url) as made:
+        yield made
+
+
+async def turn(store: SqlContextStore, chat_id: str, words: str) -> None:
+    engine = ContextEngine(store=store, chat_id=chat_id, user_id="u")
+    await engine.resolve()
+    engine.set(user(f"{words}?"), assistant_text(f"{words}."))
+    await engine.save()
+
+
+async def test_every_table_compares_bytes_whatever_the_database_default(
+    store: SqlContextStore, url: str
+) -> None:
+    database = make_url(url).database
+    [[default]] = await _my_exec(
+        url,
+        "SELECT default_collation_name FROM information_schema.schemata "
+        f"WHERE schema_name = '{database}'",
+    )
+    assert not default.endswith("_bin")  # the server's default: case-insensitive, padding
+    rows = await _my_exec(
+        url,
+        "SELECT table_name, table_collation FROM information_schema.tables "
+        f"WHERE table_schema = '{database}' AND table_name <> 'agentcontext_version'",
+    )
+    assert {name for name, _ in rows} >= {"chats", "messages", "branches", "message_terms"}
+    assert {collation for _, collation in rows} == {"utf8mb4_nopad_bin"}
+    await turn(store, "Chat", "upper")
+    await turn(store, "chat", "lower")
+    await turn(store, "chat ", "padded")
+    assert len(await store.list_chats()) == 3
+    assert [h.message.chat_id for h in await store.search_user_messages("u", "padded")] == [
+        "chat ",
+        "chat ",
+    ]
+
+
+async def test_one_active_branch_per_chat_is_enforced_by_the_database(
+    store: SqlContextStore, url: str
+) -> None:
+    await turn(store, "c", "first")
+    await store.create_branch("c", "other")
+    with pytest.raises(Exception, match="uq_branches_chat_id_active"):
+        await _my_exec(url, "UPDATE branches SET is_active = 1 WHERE chat_id = 'c'")
+    active = await store.get_active_branch("c")
+    assert active is not None and active.name == "main"
+
+
+async def test_a_lock_wait_timeout_is_a_lost_race_run_again(url: str) -> None:
+    """A caller's transaction holds the chat's row past the server's lock wait timeout: the
+    save is rolled back by the server (1205), run again, and lands once the row is free."""
+    waits_one_second = create_async_engine(
+        url, connect_args={"init_command": "SET SESSION innodb_lock_wait_timeout = 1"}
+    )
+    async with SqlContextStore(waits_one_second) as store:
+        await turn(store, "c", "before")
+        seen: list[int] = []
+
+        @event.listens_for(store.engine.sync_engine, "handle_error")
+        def _error(context: Any) -> None:
+            seen.append(context.original_exception.args[0])
+
+        app = create_async_engine(url)
+        try:
+            async with app.begin() as conn:
+                await conn.execute(text("SELECT id FROM chats WHERE id = 'c' FOR UPDATE"))
+                saving = asyncio.create_task(turn(store, "c", "after"))
+                await asyncio.sleep(2.5)
+                assert not saving.done()
+            await asyncio.wait_for(saving, 30)
+        finally:
+            await app.dispose()
+        assert 1205 in seen
+        engine = ContextEngine(store=store, chat_id="c", user_id="u")
+        texts = [m.text for m in (await engine.resolve()).messages]
+        assert texts == ["before?", "before.", "after?", "after."]
+    await waits_one_second.dispose()
+
+
+async def test_a_deadlock_is_a_lost_race_run_again(url: str) -> None:
+    """A caller locks the branch row, the store's save locks the chat row and waits for the
+    branch, the caller then asks for the chat row: the server breaks the deadlock by rolling
+    one of them back (1213). Whichever it was, the save lands exactly once."""
+    async with SqlContextStore(url) as store:
+        await turn(store, "c", "before")
+        seen: list[int] = []
+
+        @event.listens_for(store.engine.sync_engine, "handle_error")
+        def _error(context: Any) -> None:
+            seen.append(context.original_exception.args[0])
+
+        app = create_async_engine(url)
+        caller_lost: str | None = None
+        try:
+            try:
+                async with app.begin() as conn:
+                    await conn.execute(
+                        text("SELECT id FROM branches WHERE chat_id = 'c' FOR UPDATE")
+                    )
+                    saving = asyncio.create_task(turn(store, "c", "after"))
+                    await asyncio.sleep(0.5)  # the save holds the chat row, waits for ours
+                    await conn.execute(text("SELECT id FROM chats WHERE id = 'c' FOR UPDATE"))
+            except Exception as exc:  # the caller's transaction was the one rolled back
+                caller_lost = str(exc)
+            await asyncio.wait_for(saving, 30)
+        finally:
+            await app.dispose()
+        assert (caller_lost is not None and "Deadlock" in caller_lost) or 1213 in seen
+        engine = ContextEngine(store=store, chat_id="c", user_id="u")
+        texts = [m.text for m in (await engine.resolve()).messages]
+        assert texts == ["before?", "before.", "after?", "after."]
+
+
+@pytest.fixture
+def small_packet(url: str) -> Iterator[int]:
+    """The server allows statements of 4 MiB for the test's new connections."""
+    [[before]] = run_sync(lambda: _my_exec(url, "SELECT @@GLOBAL.max_allowed_packet"))
+    run_sync(lambda: _my_exec(url, f"SET GLOBAL max_allowed_packet = {4 * 2**20}"))
+    try:
+        yield 4 * 2**20
+    finally:
+        run_sync(lambda: _my_exec(url, f"SET GLOBAL max_allowed_packet = {before}"))
+
+
+async def test_a_small_packet_limit_is_named_when_the_store_opens_and_when_it_refuses(
+    url: str, small_packet: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="agentcontext"):
+        async with SqlContextStore(url) as store:
+            await store.initialize()
+            warned = " ".join(r.getMessage() for r in caplog.records)
+            assert "max_allowed_packet" in warned and str(PACKET_NEEDED) in warned
+            await turn(store, "c", "small")
+            engine = ContextEngine(store=store, chat_id="c", user_id="u")
+            await engine.resolve()
+            engine.set(user("é" * (3 * 2**20)))  # 6 MiB of UTF-8
+            with pytest.raises(InvalidInputError, match="max_allowed_packet") as caught:
+                await engine.save()
+            assert f"max_allowed_packet = {small_packet}" in str(caught.value)
+            fresh = ContextEngine(store=store, chat_id="c", user_id="u")
+            assert len((await fresh.resolve()).messages) == 2
+
+
+async def test_an_interrupted_migration_finishes_when_run_again(url: str) -> None:
+    """DDL is not transactional here: a migration cut short leaves some tables made and the
+    version behind; the next run makes the rest."""
+    async with SqlContextStore(url) as store:
+        await turn(store, "c", "kept")
+    await _my_exec(
+        url,
+        "SET FOREIGN_KEY_CHECKS = 0",
+        "DROP TABLE snapshot_items",
+        "DROP TABLE record_messages",
+        "UPDATE agentcontext_version SET version_num = '0010'",
+    )
+    async with SqlContextStore(url) as store:
+        engine = ContextEngine(store=store, chat_id="c", user_id="u")
+        assert [m.text for m in (await engine.resolve()).messages] == ["kept?", "kept."]
+        result = await engine.resolve(record=True)
+        assert result.record_id is not None
+        assert await store.get_resolve_record(result.record_id) is not None
+
+
+async def test_the_aiomysql_driver_and_mariadb_urls_work_too(url: str) -> None:
+    given = make_url(url)
+    for drivername in ("mysql+aiomysql", "mariadb+asyncmy"):
+        other = given.set(drivername=drivername).render_as_string(hide_password=False)
+        async with SqlContextStore(other) as store:
+            await turn(store, f"via {drivername}", "driver")
+            hits = await store.search_messages(f"via {drivername}", "driver")
+            assert len(hits) == 2
+            assert store.dialect_name == "mysql"
+
+
+async def test_errors_name_what_to_do(url: str) -> None:
+    given = make_url(url)
+    missing = given.set(database="no_such_database_here").render_as_string(hide_password=False)
+    with pytest.raises(StoreUnavailableError, match="CREATE DATABASE"):
+        async with SqlContextStore(missing) as store:
+            await store.list_chats()
+    closed = given.set(port=1).render_as_string(hide_password=False)
+    with pytest.raises(StoreUnavailableError, match="cannot reach"):
+        async with SqlContextStore(closed, connect_timeout=2) as store:
+            await store.list_chats()
+    with pytest.raises(InvalidInputError, match="asyncmy"):
+        SqlContextStore(given.set(drivername="mysql+pymysql").render_as_string())
+    with pytest.raises(InvalidInputError, match="read_replicas"):
+        SqlContextStore(url, read_replicas=[url])
+    for name in ("mysql", "information_schema", "performance_schema", "sys"):
+        with pytest.raises(InvalidInputError, match="system database"):
+            SqlContextStore(url, schema=name)
