@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from alembic.script import ScriptDirectory
+from sqlalchemy import make_url
 
 from agentcontext import SchemaOutdatedError, SqlContextStore
 from agentcontext.store._db import migrate as _migrate
@@ -52,7 +53,9 @@ def test_migrate_lifecycle(empty_url: str, tmp_path: Path) -> None:
     code, out, err = migrate("check")
     assert code == 4 and out == ""
     assert "no agentcontext" in err
-    assert f"agentcontext --url '{empty_url}' migrate upgrade" in err
+    # The command to run names the database, its password hidden.
+    shown = make_url(empty_url).render_as_string(hide_password=True)
+    assert f"agentcontext --url '{shown}' migrate upgrade" in err
 
     code, out, _ = migrate("upgrade")
     assert code == 0 and out.endswith(f"from empty to {HEAD} (head)")

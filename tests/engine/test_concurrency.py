@@ -95,8 +95,12 @@ async def test_concurrent_writers_never_lose_a_turn(
             assert u > previous, f"turn {w}/{t} came before the writer's previous turn"
             previous = a
 
-    # The race did happen: some appends lost and were grafted.
-    assert counter["conflicts"] > 0
+    assert counter["appends"] >= ENGINES * TURNS
+    if stores == 2:
+        # The race did happen: some appends lost and were grafted. (The engines of one store
+        # take turns in the process and follow each other's saves, so there a lost append
+        # depends on timing: on a locking append such as MariaDB's there may be none.)
+        assert counter["conflicts"] > 0
     assert counter["appends"] == ENGINES * TURNS + counter["conflicts"]
 
     # Every engine, warm, ends up with the same view as the store.
