@@ -222,8 +222,12 @@ def list_query(
     page = select(*CHAT_COLS, C.c.message_count).order_by(C.c.updated_at.desc(), C.c.id.desc())
     if after is not None:
         moment, chat_id = after
+        # The bound on updated_at alone is what an index range can start from (the planner
+        # does not derive it from the OR); the OR then drops the rows of that moment already
+        # listed.
         page = page.where(
-            or_(C.c.updated_at < moment, and_(C.c.updated_at == moment, C.c.id < chat_id))
+            C.c.updated_at <= moment,
+            or_(C.c.updated_at < moment, C.c.id < chat_id),
         )
     if user_id is not None:
         page = page.where(C.c.user_id == user_id)

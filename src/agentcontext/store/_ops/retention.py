@@ -69,7 +69,7 @@ Progress = Callable[[int, int], object]
 
 BATCH_SECONDS = 0.04
 """The work one batch of a retention run aims at: the longest a writer waits for it."""
-_FIRST_BUDGET = 500
+_FIRST_BUDGET = 150
 """Messages the first batch deletes at most (later ones follow the time they take)."""
 
 TABLES = (
