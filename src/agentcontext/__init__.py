@@ -38,6 +38,7 @@ from agentcontext.errors import ContextError as ContextError
 from agentcontext.errors import ContextWindowError as ContextWindowError
 from agentcontext.errors import CorruptDataError as CorruptDataError
 from agentcontext.errors import EmptyConversationError as EmptyConversationError
+from agentcontext.errors import EncryptionError as EncryptionError
 from agentcontext.errors import FragmentLoadError as FragmentLoadError
 from agentcontext.errors import HeadConflictError as HeadConflictError
 from agentcontext.errors import InvalidGraphError as InvalidGraphError
@@ -56,6 +57,8 @@ from agentcontext.errors import StoreError as StoreError
 from agentcontext.errors import StoreUnavailableError as StoreUnavailableError
 
 if TYPE_CHECKING:
+    from agentcontext.encryption import KeyProvider as KeyProvider
+    from agentcontext.encryption import LocalKeyProvider as LocalKeyProvider
     from agentcontext.engine import Compaction as Compaction
     from agentcontext.engine import ContextEngine as ContextEngine
     from agentcontext.engine import ContextWindow as ContextWindow
@@ -165,6 +168,7 @@ __version__ = "0.1.0"
 _MODULES = frozenset(
     {
         "adapters",
+        "encryption",
         "engine",
         "errors",
         "estimate",
@@ -194,6 +198,7 @@ _EXPORTS: dict[str, str] = {
     "ContextError": "agentcontext.errors",
     "ContextWindowError": "agentcontext.errors",
     "CorruptDataError": "agentcontext.errors",
+    "EncryptionError": "agentcontext.errors",
     "EmptyConversationError": "agentcontext.errors",
     "FragmentLoadError": "agentcontext.errors",
     "HeadConflictError": "agentcontext.errors",
@@ -216,6 +221,8 @@ _EXPORTS: dict[str, str] = {
     "ContextWindow": "agentcontext.engine",
     "InspectResult": "agentcontext.engine",
     "SaveResult": "agentcontext.engine",
+    "KeyProvider": "agentcontext.encryption",
+    "LocalKeyProvider": "agentcontext.encryption",
     "Estimate": "agentcontext.estimate",
     "approximate_tokens": "agentcontext.estimate",
     "estimate_context": "agentcontext.estimate",

@@ -19,6 +19,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "ContextError",
     "EmptyConversationError",
+    "EncryptionError",
     "FragmentLoadError",
     "HeadConflictError",
     "InvalidGraphError",
@@ -208,6 +209,20 @@ class CorruptDataError(StoreError):
         """The chat the row belongs to, when known."""
         self.row_id = row_id
         """The id of the damaged row (a message id, a chat id, ...), when known."""
+
+
+class EncryptionError(StoreError):
+    """Encrypted data cannot be read or written: the store has no key provider for an
+    encrypted database, the master key is missing or wrong, or the data key of the user who
+    owns the data was destroyed (the user was erased). Ciphertext is never returned as text.
+
+    ``key_id`` names the data key concerned, when there is one.
+    """
+
+    def __init__(self, message: str, *, key_id: str | None = None) -> None:
+        super().__init__(message)
+        self.key_id = key_id
+        """The data key concerned (its user id), when known."""
 
 
 class SchemaOutdatedError(StoreError):

@@ -136,12 +136,16 @@ class Env:
             schema = f" --schema {shlex.quote(self.schema)}"
         return "agentcontext" + url + schema + "".join(f" {word}" for word in words)
 
-    def make_store(self, *, migrate: Literal["auto", False]) -> SqlContextStore:
+    def make_store(
+        self, *, migrate: Literal["auto", False], encryption: Any = None
+    ) -> SqlContextStore:
         """The store at the URL, in the schema (not opened yet). A schema the store refuses
         (SQLite has none; a system schema) is an InvalidInputError that says where it came
         from."""
         try:
-            return SqlContextStore(self.url, migrate=migrate, schema=self.schema)
+            return SqlContextStore(
+                self.url, migrate=migrate, schema=self.schema, encryption=encryption
+            )
         except InvalidInputError as exc:
             if self.schema is None or self.schema_explicit or "schema" not in str(exc):
                 raise

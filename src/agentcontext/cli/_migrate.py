@@ -77,6 +77,30 @@ def register(commands: Any) -> None:
         "command that upgrades it and exit 4. Never changes the database.",
     )
     check.set_defaults(handler=_check)
+    encrypt = actions.add_parser(
+        "encrypt",
+        parents=[schema],
+        help="encrypt an existing plain database in place (resumable)",
+        description="Seal every chat title, chat metadata and message of the database that is "
+        "still plain, under each user's data key in the keyring (made when missing), chat by "
+        "chat in short transactions. Run it again after an interruption: it finishes the job "
+        "and changes nothing that is sealed. Other processes may keep writing meanwhile (with "
+        "the same key provider).",
+    )
+    encrypt.add_argument(
+        "--keyring",
+        required=True,
+        metavar="K",
+        help="the keyring: a SQLite file path or a database URL (not the data's database)",
+    )
+    encrypt.add_argument(
+        "--key-env",
+        default="AGENTCONTEXT_MASTER_KEY",
+        metavar="NAME",
+        help="the environment variable holding the base64 master key "
+        "(default: AGENTCONTEXT_MASTER_KEY)",
+    )
+    encrypt.set_defaults(handler=_encrypt)
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -189,6 +213,24 @@ async def _upgrade(args: argparse.Namespace, env: Env) -> int:
         env.out.line(
             f"upgraded {env.where} from {_label(before)} to {_label(after)}", style="green"
         )
+    return EXIT_OK
+
+
+async def _encrypt(args: argparse.Namespace, env: Env) -> int:
+    from agentcontext.encryption import LocalKeyProvider
+
+    _require_database(env)
+    provider = LocalKeyProvider.from_env(args.key_env, keyring=args.keyring)
+    async with provider:
+        store = env.make_store(migrate=False, encryption=provider)
+        async with store:
+            with env.out.progress("encrypting chats") as progress:
+                report = await m.encrypt_in_place(store, progress)
+    env.out.line(
+        f"encrypted {env.where}: {report.chats} chat(s) and {report.messages} message(s) "
+        "sealed now; every chat is sealed",
+        style="green",
+    )
     return EXIT_OK
 
 

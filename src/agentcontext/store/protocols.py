@@ -704,7 +704,9 @@ class Retention(Protocol):
         used (blobs shared with other users' chats stay), whole chats a batch at a time, each
         batch its own short transaction (``progress(done, total)``, in chats, after each).
         Returns the receipt: the chat ids removed and the rows deleted per table. A user with
-        no chats gets an empty receipt; a run cut short is finished by running it again.
+        no chats gets an empty receipt; a run cut short is finished by running it again. In an
+        encrypted store the user's data key is destroyed last (``keys_destroyed``), so copies
+        of their rows taken before, backups included, can no longer be read.
         """
 
 

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from agentcontext import _telemetry as telemetry
 from agentcontext import _validate as v
 from agentcontext._shape import DEFAULT_FOLD
+from agentcontext.encryption import KeyProvider
 from agentcontext.errors import InvalidGraphError, InvalidInputError, InvalidTypeError
 from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store._db import migrate as _migrate
@@ -87,8 +88,7 @@ __all__ = ["SqlContextStore"]
 
 
 class SqlContextStore(ContextStore):
-    """A `ContextStore` on SQLite (``sqlite+aiosqlite://``) or PostgreSQL
-    (``postgresql+asyncpg://``), through one SQLAlchemy `AsyncEngine`.
+    """A `ContextStore` on SQLite, PostgreSQL or MariaDB/MySQL, through one `AsyncEngine`.
 
     Args:
         url_or_engine: A database URL, or an `AsyncEngine` you own (the store never disposes an
@@ -96,6 +96,7 @@ class SqlContextStore(ContextStore):
         migrate: ``"auto"`` (default) upgrades the schema to the newest revision on first use,
             safely when several processes start at once; ``False`` only checks it and raises
             `SchemaOutdatedError` naming the command to run.
+        encryption: A `KeyProvider`: users' text is encrypted at rest, still searchable.
 
     The other options are keyword-only and typed (see `StoreOptions`, where each is described;
     an unknown one is an `InvalidInputError`).
@@ -130,6 +131,7 @@ class SqlContextStore(ContextStore):
         replica_wait: float = 0.1,
         lock_timeout: float = 30.0,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        encryption: KeyProvider | None = None,
         echo: bool = False,
         connect_args: Mapping[str, Any] | None = None,
         engine_options: Mapping[str, Any] | None = None,
@@ -252,21 +254,21 @@ class SqlContextStore(ContextStore):
         metadata: Mapping[str, Any] | None = None,
     ) -> Chat:  # fmt: skip
         chat = _chats.checked_new(chat_id, user_id, title, metadata)
-        return await self.db.run("write", unit(_chats.create, chat), chat=chat.id)
+        return await self.db.run("write", unit(_chats.create, self._dialect, chat), chat=chat.id)
 
     async def upsert_chat(
         self, chat_id: str, *, user_id: str, title: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Chat:  # fmt: skip
         chat = _chats.checked_new(chat_id, user_id, title, metadata)
-        found = await self.db.run("read", unit(_chats.get, chat.id))
+        found = await self.db.run("read", unit(_chats.get, self._dialect, chat.id))
         if found is not None:
             return found
         return await _chats.insert_or_read(self.db, self._dialect, chat, _chats.get_or_insert)
 
     async def get_chat(self, chat_id: str) -> Chat | None:
         v.check_id(chat_id, "chat_id")
-        return await self.db.run("read", unit(_chats.get, chat_id), chat=chat_id)
+        return await self.db.run("read", unit(_chats.get, self._dialect, chat_id), chat=chat_id)
 
     async def update_chat(self, chat_id: str, updater: Callable[[Chat], ChatUpdate | None]) -> Chat:
         v.check_id(chat_id, "chat_id")
@@ -284,7 +286,7 @@ class SqlContextStore(ContextStore):
         query = self.list_chats_query(
             user_id=user_id, metadata=metadata, limit=limit, offset=offset, after=after
         )
-        return await self.db.run("read", unit(_chats.list_chats, query))
+        return await self.db.run("read", unit(_chats.list_chats, self._dialect, query))
 
     def list_chats_query(
         self, *, user_id: str | None = None, metadata: Mapping[str, str | int | bool] | None = None,
@@ -484,7 +486,7 @@ class SqlContextStore(ContextStore):
         state = await self.db.run("read", read, chat=chat_id)
         if state is None:
             chat = _chats.checked_new(chat_id, user_id, None, None)
-            opened = functools.partial(_branches.open_or_create, dialect=self._dialect)
+            opened = _branches.open_or_create
             state = await _chats.insert_or_read(self.db, self._dialect, chat, opened)
         self._memory.owners.note(chat_id, state.chat.user_id)
         return state
@@ -552,9 +554,8 @@ class SqlContextStore(ContextStore):
 
     async def get_graph(self, chat_id: str) -> Graph:
         v.check_id(chat_id, "chat_id")
-        return await self.db.run(
-            "snapshot", unit(_graph.graph, self._dialect, chat_id), chat=chat_id
-        )
+        graph = unit(_graph.graph, self._dialect, chat_id)
+        return await self.db.run("snapshot", graph, chat=chat_id)
 
     async def graph_outline(
         self, chat_id: str, *, fold: int = DEFAULT_FOLD, keep: Sequence[str] = (),
@@ -689,9 +690,8 @@ class SqlContextStore(ContextStore):
 
     async def export_chat(self, chat_id: str) -> ChatExport:
         v.check_id(chat_id, "chat_id")
-        return await self.db.run(
-            "snapshot", unit(_transfer.export_chat, self._dialect, chat_id), chat=chat_id
-        )
+        export = unit(_transfer.export_chat, self._dialect, chat_id)
+        return await self.db.run("snapshot", export, chat=chat_id)
 
     async def import_chat(self, export: ChatExport) -> None:
         checked, records, held = _transfer.check_export(export)

@@ -42,6 +42,7 @@ from sqlalchemy.util import greenlet_spawn
 from agentcontext.errors import (
     ChatBusyError,
     ContextError,
+    EncryptionError,
     InvalidInputError,
     StoreClosedError,
     StoreError,
@@ -54,6 +55,7 @@ from agentcontext.store._db.errors import (
 )
 from agentcontext.store._db.transactions import SETTLE_SECONDS, Callers, Transaction
 from agentcontext.store._dialects import Dialect, Mode
+from agentcontext.store._rows.sealing import KeyNeeded
 
 if TYPE_CHECKING:
     from agentcontext.store._db.replicas import Replicas
@@ -63,6 +65,9 @@ __all__ = ["Database", "Transaction", "unit"]
 TRANSIENT_ATTEMPTS = 8
 """Runs of a unit the server rolled back to break a deadlock (or whose lock wait timed out)
 before the error is reported."""
+
+_KEY_ATTEMPTS = 4
+"""Runs of a unit that found data keys missing (each run fetches the keys it named)."""
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -215,6 +220,27 @@ class Database:
         ``primary`` (a read that must see the latest commits of everyone, after a refused
         compare-and-swap); writes note the primary's position after their commit.
         """
+        for _attempt in range(_KEY_ATTEMPTS):
+            try:
+                return await self._run(mode, unit, idempotent, chat, branch, primary)
+            except KeyNeeded as need:
+                # The unit (rolled back) needs data keys of an encrypted store: fetch them and
+                # run it again (see `_rows.sealing`).
+                await self.dialect.sealer.load(need)
+        raise EncryptionError(
+            "the key provider's keys kept changing while this call ran; nothing was done, "
+            "call again"
+        )
+
+    async def _run(
+        self,
+        mode: Mode,
+        unit: Callable[[Connection], T],
+        idempotent: bool,
+        chat: str | Collection[str] | None,
+        branch: str | None,
+        primary: bool,
+    ) -> T:
         loop = self.check_loop()
         self.check_open()
         if not self._ready:

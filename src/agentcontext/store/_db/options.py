@@ -14,13 +14,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentcontext import _validate as v
 from agentcontext._validate import dumps, loads
-from agentcontext.errors import InvalidInputError, InvalidTypeError
+from agentcontext.errors import InvalidInputError, InvalidTypeError, MissingExtraError
 from agentcontext.store import _dialects
 from agentcontext.store._db import compiled as _compiled
 from agentcontext.store._db.database import Database
 from agentcontext.store._db.replicas import Replica, Replicas, check_replicas
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._memory import DEFAULT_CACHE_BYTES
+from agentcontext.store._rows.sealing import KeyedSealer
 
 __all__ = ["StoreOptions", "check_schema_name", "make_engine", "open_database"]
 
@@ -73,6 +74,11 @@ class StoreOptions:
     """Bytes (estimated) of decoded messages the store keeps for its engines: a fresh engine
     of a chat reads and decodes only what changed since another engine of this store last
     held it. ``0`` keeps none. Default 64 MiB."""
+    encryption: Any = None
+    """A `KeyProvider` (e.g. `LocalKeyProvider`): message contents, chat titles and chat
+    metadata are stored encrypted under a data key per user that the provider holds outside
+    the database; search still works; ``erase_user`` destroys the user's key. See the
+    encryption page of the docs."""
     echo: bool = False
     """Log every statement (SQLAlchemy's ``echo``)."""
     connect_args: Mapping[str, Any] | None = None
@@ -120,6 +126,8 @@ class StoreOptions:
             "lock_timeout",
         ):
             _check_seconds(given.get(name), name)
+        if given.get("encryption") is not None:
+            _check_provider(given["encryption"])
         if "read_replicas" in given:
             given = {**given, "read_replicas": check_replicas(given["read_replicas"])}
         if "replica_wait" in given:
@@ -156,6 +164,25 @@ def _check_bounded_int(value: object, name: str) -> None:
 def _check_bounded_bytes(value: int) -> None:
     if value > 2**50:
         raise InvalidInputError(f"cache_bytes is {value}; give at most 2**50 bytes (or 0)")
+
+
+def _check_provider(provider: object) -> None:
+    missing = [
+        name
+        for name in ("get_data_key", "create_data_key", "destroy_data_key")
+        if not callable(getattr(provider, name, None))
+    ]
+    if missing:
+        raise InvalidTypeError(
+            "encryption must be a key provider (agentcontext.encryption.KeyProvider, e.g. "
+            f"LocalKeyProvider), got {v.type_name(provider)} without {', '.join(missing)}"
+        )
+    try:
+        import cryptography  # noqa: F401
+    except ImportError:  # pragma: no cover - the extra is installed in the tests
+        raise MissingExtraError(
+            "encryption needs the cryptography package: pip install 'agentcontext[encryption]'"
+        ) from None
 
 
 def _check_seconds(value: object, name: str, *, zero: bool = False) -> None:
@@ -204,7 +231,10 @@ def open_database(
     ready for the store), its dialect, and ``prepare``, run on its first use (the schema
     check or migration)."""
     if isinstance(url_or_engine, AsyncEngine):
-        mine = {"pgbouncer", "lock_timeout", "read_replicas", "replica_wait", "cache_bytes"}
+        mine = {
+            "pgbouncer", "lock_timeout", "read_replicas", "replica_wait", "cache_bytes",
+            "encryption",
+        }  # fmt: skip
         refused = sorted(set(options.changed()) - mine)
         if refused:
             raise InvalidInputError(
@@ -227,6 +257,8 @@ def open_database(
             "SqlContextStore needs a database URL or an AsyncEngine, "
             f"got {v.type_name(url_or_engine)}"
         )
+    if options.encryption is not None:
+        dialect = dialect.sealed_by(KeyedSealer(options.encryption))
     return Database(
         engine,
         dialect,

@@ -12,9 +12,10 @@ new module and one line in ``__init__``.
 from __future__ import annotations
 
 import abc
+import copy
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol, Self
 
 from sqlalchemy import (
     ColumnElement,
@@ -36,6 +37,7 @@ from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
 from agentcontext.store._rows.codec import MessageRow
 from agentcontext.store._rows.decode import damaged_json
+from agentcontext.store._rows.sealing import PLAIN, Sealer
 from agentcontext.store._rows.terms import ScopedTerms
 
 __all__ = [
@@ -108,6 +110,9 @@ class Dialect(abc.ABC):
     """The store options that apply to this dialect only (others' are refused)."""
     schema: str | None = None
     """The schema the store's tables live in (None: the database's default)."""
+    sealer: Sealer = PLAIN
+    """What seals users' text at rest (`_rows.sealing`): the codec hands it every value it
+    writes or reads. A store with a key provider has a dialect of its own (`sealed_by`)."""
     atomic_needs_commit = False
     """Whether a lone statement runs inside a transaction to commit (behind PgBouncer)."""
     first_revision: ClassVar[str] = "0001"
@@ -125,6 +130,13 @@ class Dialect(abc.ABC):
     loop_bound_connections: ClassVar[bool] = True
     """Whether a connection belongs to the event loop that opened it, so that another loop
     cannot close it (asyncpg's); aiosqlite's run on a thread of their own and close from any."""
+
+    def sealed_by(self, sealer: Sealer) -> Self:
+        """This dialect for a store whose rows ``sealer`` seals (a copy: dialect objects of
+        the same settings are shared by stores)."""
+        clone = copy.copy(self)
+        clone.sealer = sealer
+        return clone
 
     # --- engine -----------------------------------------------------------------------------
 

@@ -497,7 +497,7 @@ class SqliteDialect(Dialect):
         last = -1
         while True:
             rows = conn.execute(
-                select(M.c.seq, self.raw_json(M.c.data), C.c.user_id)
+                select(M.c.seq, self.raw_json(M.c.data), C.c.user_id, M.c.id)
                 .join_from(M, C, C.c.id == M.c.chat_id)
                 .where(M.c.chat_id == chat_id, M.c.seq > last)
                 .order_by(M.c.seq)
@@ -507,7 +507,10 @@ class SqliteDialect(Dialect):
                 return
             self.unindex_rows(
                 conn,
-                [(int(seq), stored_terms(self, raw, chat_id, user)) for seq, raw, user in rows],
+                [
+                    (int(seq), stored_terms(self, raw, chat_id, message_id, user))
+                    for seq, raw, user, message_id in rows
+                ],
             )
             last = rows[-1][0]
 

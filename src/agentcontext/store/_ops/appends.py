@@ -103,8 +103,9 @@ async def _fast(
     report_version: bool,
 ) -> AppendResult | None:
     """The single-statement append; None when the general path must decide."""
+    await dialect.sealer.ensure((owner,))  # an encrypted store: the owner's key, made if new
     with gc_paused():  # a burst of new objects, none of them garbage
-        rows = message_rows(records, {chat_id: owner})
+        rows = message_rows(dialect, records, {chat_id: owner})
     try:
         atomic = dialect.atomic_append and len(rows) <= dialect.append_chunk
         return await db.run(

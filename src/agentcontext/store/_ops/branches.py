@@ -38,6 +38,7 @@ from agentcontext.store._ops import messages as _messages
 from agentcontext.store._ops.messages import ExistingMessages
 from agentcontext.store._rows import decode as _rows
 from agentcontext.store._rows.checks import new_id
+from agentcontext.store._rows.codec import open_chat_row
 from agentcontext.store.records import (
     AppendResult,
     Branch,
@@ -272,16 +273,7 @@ def chat_state(conn: Connection, dialect: Dialect, chat_id: str) -> ChatState | 
     row = conn.execute(_CHAT_STATE, {"chat_id": chat_id}).first()
     if row is None or row[8] is None:
         return None
-    chat = _rows.chat(
-        (
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            row[4],
-            row[5],
-        )
-    )
+    chat = _rows.chat(open_chat_row(dialect, (row[0], row[1], row[2], row[3], row[4], row[5])))
     branch = _rows.branch((row[8], row[0], row[9], row[10], True, row[11]))
     return _rows.build(
         ChatState,
@@ -523,10 +515,10 @@ def check_fork_records(chat_id: str, records: list[MessageRecord]) -> list[Messa
     return records
 
 
-def open_or_create(conn: Connection, chat: Chat, dialect: Dialect) -> ChatState:
+def open_or_create(conn: Connection, dialect: Dialect, chat: Chat) -> ChatState:
     """`chat_state` of a chat, inserting it (with its ``main`` branch) if it does not exist
     (write transaction)."""
-    _chats.get_or_insert(conn, chat)
+    _chats.get_or_insert(conn, dialect, chat)
     state = chat_state(conn, dialect, chat.id)
     if state is None:
         raise InvalidGraphError(

@@ -252,13 +252,14 @@ def load_rows(
     picked = _pick(
         conn, dialect, "rows", chat_id, head_id, head_depth, chat_size, stop_depth, stop_at
     )
-    return _chain_rows(picked)
+    return _chain_rows(dialect, chat_id, picked)
 
 
-def _chain_rows(picked: list[Any], **summary: Any) -> ChainRows:
+def _chain_rows(dialect: Dialect, chat_id: str, picked: list[Any], **summary: Any) -> ChainRows:
+    ids = [row[0] for row in picked]
     return ChainRows(
-        ids=[row[0] for row in picked],
-        data=json_of([row[1] for row in picked]),
+        ids=ids,
+        data=json_of(dialect, chat_id, ids, [row[1] for row in picked]),
         parent_ids=[row[2] for row in picked],
         **summary,
     )
@@ -273,10 +274,14 @@ def _compacted(
     ).all()
     for summary_id, data, through, depth in candidates:
         through_depth = int(depth) - 1
-        summary = {"summary_id": summary_id, "summary": json_of([data])[0], "base_id": through}
+        summary = {
+            "summary_id": summary_id,
+            "summary": json_of(dialect, chat_id, [summary_id], [data])[0],
+            "base_id": through,
+        }
         if through_depth == head_depth:
             if through == head_id:
-                return _chain_rows([], **summary)
+                return _chain_rows(dialect, chat_id, [], **summary)
             continue
         try:
             picked = _pick(
@@ -284,7 +289,7 @@ def _compacted(
             )
         except InvalidGraphError:
             continue  # a compaction of another branch; the plain load reports real damage
-        return _chain_rows(picked, **summary)
+        return _chain_rows(dialect, chat_id, picked, **summary)
     return None
 
 

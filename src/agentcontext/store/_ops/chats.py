@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Select, and_, delete, func, literal, or_, select, update
+from sqlalchemy import Connection, Select, delete, func, literal, or_, select, update
 
 from agentcontext import _validate as v
 from agentcontext.errors import (
@@ -33,6 +33,8 @@ from agentcontext.store._db.schema import snapshots as SN
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._rows import decode as _rows
 from agentcontext.store._rows.checks import new_id
+from agentcontext.store._rows.codec import chat_values, open_chat_row
+from agentcontext.store._rows.sealing import is_sealed
 from agentcontext.store.records import (
     PURGED,
     Chat,
@@ -80,14 +82,16 @@ def owner_of(conn: Connection, chat_id: str) -> str | None:
     return None if found is None else str(found)
 
 
-def insert_chat_row(conn: Connection, chat: Chat) -> None:
+def insert_chat_row(conn: Connection, dialect: Dialect, chat: Chat) -> None:
     """Insert the chat's row alone (its branches come with it, as in an import)."""
+    written = chat_values(
+        dialect, chat.id, chat.user_id, {"title": chat.title, "metadata": chat.metadata}
+    )
     conn.execute(
         C.insert().values(
             id=chat.id,
             user_id=chat.user_id,
-            title=chat.title,
-            metadata=chat.metadata,
+            **written,
             created_at=chat.created_at,
             updated_at=chat.updated_at,
             version=1,
@@ -101,9 +105,9 @@ def new_incarnation() -> int:
     return secrets.randbits(62) + 1
 
 
-def insert_chat(conn: Connection, chat: Chat) -> None:
+def insert_chat(conn: Connection, dialect: Dialect, chat: Chat) -> None:
     """Insert a chat with its active ``main`` branch (so there is always exactly one)."""
-    insert_chat_row(conn, chat)
+    insert_chat_row(conn, dialect, chat)
     conn.execute(
         B.insert().values(
             id=new_id(),
@@ -127,26 +131,26 @@ def require(conn: Connection, chat_id: str) -> None:
         raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
 
 
-def create(conn: Connection, chat: Chat) -> Chat:
+def create(conn: Connection, dialect: Dialect, chat: Chat) -> Chat:
     """Insert a new chat; `ChatExistsError` if the id is taken."""
     if exists(conn, chat.id):
         raise ChatExistsError(f"chat {chat.id!r} already exists; use upsert_chat to reuse it")
-    insert_chat(conn, chat)
+    insert_chat(conn, dialect, chat)
     return chat
 
 
-def get(conn: Connection, chat_id: str) -> Chat | None:
+def get(conn: Connection, dialect: Dialect, chat_id: str) -> Chat | None:
     """The chat, or None."""
     row = conn.execute(select(*CHAT_COLS).where(C.c.id == chat_id)).first()
-    return None if row is None else _rows.chat(row)
+    return None if row is None else _rows.chat(open_chat_row(dialect, row))
 
 
-def get_or_insert(conn: Connection, chat: Chat) -> Chat:
+def get_or_insert(conn: Connection, dialect: Dialect, chat: Chat) -> Chat:
     """The stored chat of that id, inserting ``chat`` if there is none (write transaction)."""
-    found = get(conn, chat.id)
+    found = get(conn, dialect, chat.id)
     if found is not None:
         return found
-    insert_chat(conn, chat)
+    insert_chat(conn, dialect, chat)
     return chat
 
 
@@ -173,7 +177,7 @@ def touch(conn: Connection, dialect: Dialect, chat_id: str, *, count: int = 0) -
 def lock(conn: Connection, dialect: Dialect, chat_id: str) -> Chat:
     """The chat, its row locked for this transaction."""
     dialect.lock_chat(conn, chat_id)
-    chat = get(conn, chat_id)
+    chat = get(conn, dialect, chat_id)
     if chat is None:
         raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
     return chat
@@ -200,9 +204,10 @@ def update_chat(
         values["title"] = v.check_optional_text(change.title, "title")
     if "metadata" in fields:
         values["metadata"] = v.check_json_object(change.metadata or {}, "metadata")
+    values = chat_values(dialect, chat_id, chat.user_id, values)
     conn.execute(update(C).where(C.c.id == chat_id).values(**values))
     row = conn.execute(select(*CHAT_COLS).where(C.c.id == chat_id)).one()
-    return _rows.chat(row)
+    return _rows.chat(open_chat_row(dialect, row))
 
 
 def list_query(
@@ -232,6 +237,12 @@ def list_query(
     if user_id is not None:
         page = page.where(C.c.user_id == user_id)
     if metadata:
+        if dialect.sealer.encrypted:
+            raise InvalidInputError(
+                "list_chats(metadata=...) cannot filter an encrypted store: chat metadata is "
+                "encrypted at rest, the database cannot compare it. List by user_id and filter "
+                "the chats' metadata in your code"
+            )
         page = page.where(dialect.metadata_filter(C.c.metadata, metadata))
     if older_than is not None:
         page = page.where(C.c.updated_at < older_than)
@@ -264,15 +275,18 @@ def check_cursor(after: object) -> tuple[datetime, str] | None:
     return found
 
 
-def list_chats(conn: Connection, query: Select[Any]) -> list[ChatInfo]:
+def list_chats(conn: Connection, dialect: Dialect, query: Select[Any]) -> list[ChatInfo]:
     """Run a `list_query`. A chat row that cannot be decoded is listed with
     ``ChatInfo.damaged`` saying what is wrong (and logged), so one damaged row never hides the
     others."""
     infos = []
-    for row in conn.execute(query):
+    rows = conn.execute(query).all()
+    if dialect.sealer.encrypted:
+        dialect.sealer.require({row[1] for row in rows})
+    for row in rows:
         counts = {"message_count": int(row[6]), "branch_count": int(row[7])}
         try:
-            fields = {**_rows.chat(row).__dict__, **counts, "damaged": None}
+            fields = {**_rows.chat(open_chat_row(dialect, row)).__dict__, **counts, "damaged": None}
             infos.append(_rows.build(ChatInfo, fields))
         except CorruptDataError as exc:
             _log.warning("%s", exc)
@@ -292,7 +306,7 @@ def _damaged_info(row: Any, counts: dict[str, int], reason: str) -> ChatInfo:
         {
             "id": row[0],
             "user_id": row[1],
-            "title": readable(row[2], str),
+            "title": None if is_sealed(row[2]) else readable(row[2], str),
             "metadata": readable(row[3], dict) or {},
             "created_at": readable(row[4], datetime) or _EPOCH,
             "updated_at": readable(row[5], datetime) or _EPOCH,
@@ -374,13 +388,14 @@ __all__ = [
 
 
 async def insert_or_read(
-    db: Database, dialect: Dialect, chat: Chat, write: Callable[[Connection, Chat], T]
+    db: Database, dialect: Dialect, chat: Chat, write: Callable[[Connection, Dialect, Chat], T]
 ) -> T:
-    """Run ``write(conn, chat)`` (which inserts the chat unless it exists); if another process
-    inserted it meanwhile (the unique index refuses ours), run it once more: it then reads."""
+    """Run ``write(conn, dialect, chat)`` (which inserts the chat unless it exists); if another
+    process inserted it meanwhile (the unique index refuses ours), run it once more: it then
+    reads."""
     for attempt in range(3):
         try:
-            return await db.run("write", unit(write, chat), chat=chat.id)
+            return await db.run("write", unit(write, dialect, chat), chat=chat.id)
         except StoreError as exc:
             if attempt == 2 or not dialect.is_unique_violation(exc.__cause__ or exc):
                 raise

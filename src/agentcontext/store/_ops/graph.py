@@ -21,7 +21,14 @@ def graph(conn: Connection, dialect: Dialect, chat_id: str) -> Graph:
     """Every message, branch and checkpoint of the chat (read in one transaction)."""
     _chats.require(conn, chat_id)
     rows = [
-        (id_, parent, name, data_of(dialect, data), dialect.decode_time(created), type_)
+        (
+            id_,
+            parent,
+            name,
+            data_of(dialect, data, chat_id, id_),
+            dialect.decode_time(created),
+            type_,
+        )
         for id_, parent, name, data, created, type_ in conn.execute(
             select(
                 M.c.id,

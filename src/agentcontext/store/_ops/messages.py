@@ -85,13 +85,13 @@ def stored_terms_of(
     found: list[tuple[int, ScopedTerms]] = []
     for start in range(0, len(seqs), IN_CHUNK):
         rows = conn.execute(
-            select(M.c.seq, dialect.raw_json(M.c.data), M.c.chat_id, C.c.user_id)
+            select(M.c.seq, dialect.raw_json(M.c.data), M.c.chat_id, C.c.user_id, M.c.id)
             .join_from(M, C, C.c.id == M.c.chat_id)
             .where(M.c.seq.in_(seqs[start : start + IN_CHUNK]))
         )
         found += [
-            (int(seq), stored_terms(dialect, raw, chat_id, user_id))
-            for seq, raw, chat_id, user_id in rows
+            (int(seq), stored_terms(dialect, raw, chat_id, message_id, user_id))
+            for seq, raw, chat_id, user_id, message_id in rows
         ]
     return found
 
@@ -139,7 +139,7 @@ def write(
     new_terms: dict[str, ScopedTerms] = {}
     old_seqs: list[int] = []
     owners = owners_of(conn, {r.chat_id for r in records})
-    for record, prepared in zip(records, message_rows(records, owners), strict=True):
+    for record, prepared in zip(records, message_rows(dialect, records, owners), strict=True):
         old = existing.get(record.id) if record.id in batch_ids else None
         if old is not None:
             if old[1] != record.chat_id:

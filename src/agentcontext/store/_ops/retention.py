@@ -200,7 +200,7 @@ def _delete_batch(
         query = _chats.list_query(
             dialect, user_id=user_id, metadata=None, limit=None, offset=0, older_than=cutoff
         )
-        chats = _chats.list_chats(conn, query.where(query.selected_columns.id.in_(locked)))
+        chats = _chats.list_chats(conn, dialect, query.where(query.selected_columns.id.in_(locked)))
     return chats, delete_chats(conn, dialect, [chat.id for chat in chats])
 
 
@@ -277,10 +277,20 @@ async def prune(
 async def erase_user(
     db: Database, dialect: Dialect, user_id: str, progress: Progress | None = None
 ) -> ErasureReport:
-    """Delete every chat of ``user_id`` with all its rows, and the blobs only they used."""
+    """Delete every chat of ``user_id`` with all its rows, and the blobs only they used; in an
+    encrypted store, then destroy the user's data key (every copy of their rows, backups
+    included, is unreadable from then on). The key goes last: deleting an SQLite row reads its
+    text to take its search terms out."""
     chats, counts = await delete_matching(db, dialect, None, user_id, progress)
     ids = [chat.id for chat in reversed(chats)]  # oldest activity first
-    return ErasureReport(user_id=user_id, chat_ids=ids, deleted=counts, erased_at=utcnow())
+    destroyed = await dialect.sealer.destroy(user_id)
+    return ErasureReport(
+        user_id=user_id,
+        chat_ids=ids,
+        deleted=counts,
+        erased_at=utcnow(),
+        keys_destroyed=int(destroyed),
+    )
 
 
 # --- purging a chat's unreachable history -----------------------------------------------------

@@ -59,12 +59,19 @@ def search(
     if statement is None:
         statement = _STATEMENTS[key] = dialect.search_candidates(scope, bool(roles))
     dialect.prepare_search(conn)
+    search_key = None
+    if dialect.sealer.encrypted:
+        # Terms are hashed under the search key of the user whose text it is.
+        owner = scope_id if scope == "user" else _chats.owner_of(conn, scope_id)
+        search_key = None if owner is None else dialect.sealer.search_key(owner)
+        if search_key is None:
+            return []  # an unknown chat, or a user with no key: nothing of theirs is stored
     wanted = set(query)
     size = window(limit)
     params: dict[str, Any] = {
         "scope_id": scope_id,
         "search_limit": size if dialect.exact_candidates else 2 * size,
-        **dialect.search_params(*query_terms(query, scope, scope_id)),
+        **dialect.search_params(*query_terms(query, scope, scope_id, search_key)),
     }
     if roles:
         params["roles"] = dialect.roles_value(roles)

@@ -69,6 +69,7 @@ def put_blobs(conn: Connection, dialect: Dialect, blobs: Blobs) -> None:
     """Insert the blobs that are not stored yet."""
     if not blobs:
         return
+    dialect.sealer.refuse_unsealed("blobs (snapshot contents, resolve records)")
     now = utcnow()
     rows = [
         {"hash": digest, "size": len(data), "media_type": media, "content": data, "created_at": now}
@@ -102,6 +103,7 @@ def save_snapshot(
     created: datetime,
 ) -> None:
     """Store a checked snapshot and the contents it holds (write transaction)."""
+    dialect.sealer.refuse_unsealed("context snapshots")
     _chats.touch(conn, dialect, chat_id)
     if message_id is not None:
         _branches.check_head(conn, chat_id, message_id)
@@ -220,6 +222,7 @@ def insert_record(
     blobs: dict[str, tuple[bytes, str]],
 ) -> None:
     """Store a resolve record with its blobs (write transaction)."""
+    dialect.sealer.refuse_unsealed("resolve records")
     _chats.touch(conn, dialect, record.chat_id)
     if record.head_message_id is not None:
         _branches.check_head(conn, record.chat_id, record.head_message_id)

@@ -35,7 +35,7 @@ __all__ = ["check_export", "export_chat", "import_chat", "parents_first"]
 
 def export_chat(conn: Connection, dialect: Dialect, chat_id: str) -> ChatExport:
     """Everything of a chat (read in one snapshot transaction)."""
-    chat = _chats.get(conn, chat_id)
+    chat = _chats.get(conn, dialect, chat_id)
     if chat is None:
         raise ChatNotFoundError(f"chat {chat_id!r} does not exist")
     messages = conn.execute(
@@ -198,7 +198,7 @@ def import_chat(
             f"message id(s) {', '.join(map(repr, taken[:3]))} of the export exist in this "
             "database already (message ids are global); import the chat under another id"
         )
-    _chats.insert_chat_row(conn, chat)
+    _chats.insert_chat_row(conn, dialect, chat)
     if records:
         _messages.write(conn, dialect, records, {chat.id: 1})
     for branch in export.branches:
@@ -224,6 +224,8 @@ def import_chat(
                 branch_id=checkpoint.branch_id,
             )
         )
+    if export.snapshots:
+        dialect.sealer.refuse_unsealed("context snapshots")
     _snapshots.put_blobs(conn, dialect, held)
     for snapshot in export.snapshots:
         assert snapshot.id is not None

@@ -9,6 +9,11 @@ see `Dialect.raw_json`, and the raw timestamp) into a `MessageRecord`, `data_of`
 alone into a value, and `json_of` into the JSON text a chain load hands to the engine; every
 reader of messages goes through them. A stored value that cannot be decoded is named with its
 row (`CorruptDataError`), never returned as something else.
+
+Both ways go through the store's sealer (``dialect.sealer``, `_rows.sealing`): in an encrypted
+store, message contents, chat titles and chat metadata are sealed here on the way down and
+opened here on the way up, and search terms are hashed under the owner's search key. The
+chats' columns take the same path (`chat_values`, `chat_of`).
 """
 
 from __future__ import annotations
@@ -20,17 +25,21 @@ from typing import Any, Protocol
 
 from agentcontext._validate import dumps
 from agentcontext.store._rows.decode import Damaged, corrupt, message_of
+from agentcontext.store._rows.sealing import Sealer, is_sealed_json
 from agentcontext.store._rows.terms import ScopedTerms, message_terms
 from agentcontext.store._rows.text import index_tokens
 from agentcontext.store.records import MessageRecord
 
 __all__ = [
     "MessageRow",
+    "chat_values",
     "checked_data",
     "data_of",
     "json_of",
     "message_columns",
     "message_rows",
+    "open_chat_row",
+    "open_chat_rows",
     "record_of",
     "row_record",
     "stored_terms",
@@ -39,6 +48,8 @@ __all__ = [
 
 class Dialect(Protocol):
     """What the conversion needs of the store's dialect (`_dialects.Dialect`)."""
+
+    sealer: Sealer
 
     def decode_json(self, value: Any) -> Any: ...
     def decode_time(self, value: Any) -> Any: ...
@@ -60,39 +71,103 @@ class MessageRow:
     created_at: datetime
 
 
-def message_rows(records: Sequence[MessageRecord], owners: Mapping[str, str]) -> list[MessageRow]:
-    """The rows of checked records: each one's JSON text and search terms, computed once.
-    ``owners`` gives the user of each chat (the scope of its user-wide search)."""
-    return [
-        MessageRow(
-            id=r.id,
-            chat_id=r.chat_id,
-            parent_id=r.parent_id,
-            name=r.name,
-            type=r.type,
-            data=None if r.data is None else dumps(r.data),
-            terms=message_terms(index_tokens(r.data), r.chat_id, owners.get(r.chat_id, "")),
-            created_at=r.created_at,
+def message_rows(
+    dialect: Dialect, records: Sequence[MessageRecord], owners: Mapping[str, str]
+) -> list[MessageRow]:
+    """The rows of checked records: each one's JSON text (sealed, in an encrypted store) and
+    search terms, computed once. ``owners`` gives the user of each chat (the scope of its
+    user-wide search, and the key its rows are sealed under)."""
+    sealer = dialect.sealer
+    rows = []
+    for r in records:
+        owner = owners.get(r.chat_id, "")
+        data = None
+        if r.data is not None:
+            data = sealer.seal_json(dumps(r.data), owner, "messages", r.chat_id, r.id)
+        key = sealer.search_key(owner) if sealer.encrypted else None
+        terms = message_terms(index_tokens(r.data), r.chat_id, owner, key)
+        rows.append(
+            MessageRow(
+                id=r.id,
+                chat_id=r.chat_id,
+                parent_id=r.parent_id,
+                name=r.name,
+                type=r.type,
+                data=data,
+                terms=terms,
+                created_at=r.created_at,
+            )
         )
-        for r in records
+    return rows
+
+
+def stored_terms(
+    dialect: Dialect, raw: Any, chat_id: str, message_id: str, user_id: str
+) -> ScopedTerms:
+    """What the search index holds for a stored message (to take it out again), from its
+    raw data column and its chat's owner."""
+    sealer = dialect.sealer
+    # A row left plain (an encrypted store whose `migrate encrypt` has not reached it yet)
+    # was indexed under plain hashes.
+    key = sealer.search_key(user_id) if sealer.encrypted and is_sealed_json(raw) else None
+    data = data_of(dialect, raw, chat_id, message_id)
+    return message_terms(index_tokens(data), chat_id, user_id, key)
+
+
+def data_of(dialect: Dialect, raw: Any, chat_id: str, message_id: str) -> Any:
+    """A message's data from its raw data column (`Damaged` when it is not JSON)."""
+    return dialect.decode_json(dialect.sealer.open_json(raw, "messages", chat_id, message_id))
+
+
+def json_of(dialect: Dialect, chat_id: str, ids: list[str], raws: list[Any]) -> list[Any]:
+    """The JSON texts of messages of ``chat_id`` (their data columns as the driver returns
+    `Dialect.raw_json`, in a chain load), for the engine's decoder; one call per chain."""
+    sealer = dialect.sealer
+    if not sealer.encrypted:
+        for message_id, raw in zip(ids, raws, strict=True):
+            if raw and raw[:1] == b'"':  # a JSON string: only a sealed value is one
+                sealer.open_json(raw, "messages", chat_id, message_id)
+        return raws
+    return [
+        sealer.open_json(raw, "messages", chat_id, message_id)
+        for message_id, raw in zip(ids, raws, strict=True)
     ]
 
 
-def stored_terms(dialect: Dialect, raw: Any, chat_id: str, user_id: str) -> ScopedTerms:
-    """What the search index holds for a stored message (to take it out again), from its
-    raw data column and its chat's owner."""
-    return message_terms(index_tokens(data_of(dialect, raw)), chat_id, user_id)
+def chat_values(
+    dialect: Dialect, chat_id: str, user_id: str, values: dict[str, Any]
+) -> dict[str, Any]:
+    """The column values of a chat row to write: its ``title`` and ``metadata``, when given,
+    sealed in an encrypted store (bound to the chat)."""
+    sealer = dialect.sealer
+    if not sealer.encrypted:
+        return values
+    out = dict(values)
+    if "title" in out:
+        out["title"] = sealer.seal_text(out["title"], user_id, "chats.title", chat_id, chat_id)
+    if "metadata" in out:
+        out["metadata"] = sealer.seal_text(
+            dumps(out["metadata"]), user_id, "chats.metadata", chat_id, chat_id
+        )
+    return out
 
 
-def data_of(dialect: Dialect, raw: Any) -> Any:
-    """A message's data from its raw data column (`Damaged` when it is not JSON)."""
-    return dialect.decode_json(raw)
+def open_chat_row(dialect: Dialect, row: Any) -> Any:
+    """A chats row (id, user_id, title, metadata, ...) with its title and metadata opened."""
+    sealer = dialect.sealer
+    title, metadata = row[2], row[3]
+    opened_title = sealer.open_text(title, "chats.title", row[0], row[0])
+    opened_metadata = sealer.open_value(metadata, "chats.metadata", row[0], row[0])
+    if opened_title is title and opened_metadata is metadata:
+        return row
+    return (row[0], row[1], opened_title, opened_metadata, *row[4:])
 
 
-def json_of(raws: list[Any]) -> list[Any]:
-    """The JSON texts of messages (their data columns as the driver returns `Dialect.raw_json`,
-    in a chain load), for the engine's decoder; one call per chain, not per row."""
-    return raws
+def open_chat_rows(dialect: Dialect, rows: Sequence[Any]) -> list[Any]:
+    """`open_chat_row` of each row (the keys of all their owners asked for at once)."""
+    if dialect.sealer.encrypted:
+        dialect.sealer.require({row[1] for row in rows})
+    return [open_chat_row(dialect, row) for row in rows]
 
 
 def message_columns(dialect: Any, table: Any) -> tuple[Any, ...]:
@@ -128,14 +203,14 @@ def record_of(
         parent_id,
         name,
         type_,
-        dialect.decode_json(raw_data),
+        dialect.decode_json(dialect.sealer.open_json(raw_data, "messages", chat_id, message_id)),
         dialect.decode_time(raw_time),
     )
 
 
 def checked_data(dialect: Dialect, raw: Any, chat_id: str, message_id: str) -> Any:
     """`data_of`, raising `CorruptDataError` naming the row for data that is not JSON."""
-    data = dialect.decode_json(raw)
+    data = data_of(dialect, raw, chat_id, message_id)
     if isinstance(data, Damaged):
         raise corrupt("messages", message_id, chat_id, data.reason, what="message")
     return data

@@ -19,7 +19,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from hashlib import blake2b
 
-__all__ = ["ScopedTerms", "mask", "message_terms", "query_terms", "token_hashes"]
+__all__ = [
+    "ScopedTerms",
+    "forget_search_key",
+    "mask",
+    "message_terms",
+    "query_terms",
+    "token_hashes",
+]
 
 _MASK_PERSON = b"agentcontext-sc"
 _TOKEN_PERSON = b"agentcontext-tk"
@@ -38,9 +45,14 @@ new one (not cleared) past `_HASHED_AT_MOST`, so a call under way in another thr
 consistent one."""
 
 
-def token_hashes(tokens: Iterable[str]) -> list[int]:
-    """The 64-bit hashes of the distinct ``tokens``, ascending."""
+def token_hashes(tokens: Iterable[str], key: bytes | None = None) -> list[int]:
+    """The 64-bit hashes of the distinct ``tokens``, ascending. With ``key`` (an encrypted
+    store: the search key of the user whose text it is), keyed hashes: a reader of the
+    database cannot tell which word a term stands for, nor match one user's terms to
+    another's."""
     global _hashed
+    if key is not None:
+        return _keyed_hashes(tokens, key)
     known = _hashed
     distinct = set(tokens)
     new = distinct.difference(known)
@@ -51,6 +63,32 @@ def token_hashes(tokens: Iterable[str]) -> list[int]:
         for token in new:
             known[token] = _hash(token)
     return sorted(set(map(known.__getitem__, distinct)))
+
+
+_keyed: dict[bytes, dict[str, int]] = {}
+
+
+def _keyed_hashes(tokens: Iterable[str], key: bytes) -> list[int]:
+    known = _keyed.get(key)
+    if known is None:
+        if len(_keyed) >= 256:
+            _keyed.clear()
+        known = _keyed[key] = {}
+    distinct = set(tokens)
+    new = distinct.difference(known)
+    if new:
+        if len(known) + len(new) > _HASHED_AT_MOST // 8:
+            known.clear()
+            new = distinct
+        for token in new:
+            digest = blake2b(token.encode("utf-8"), digest_size=8, key=key, person=_TOKEN_PERSON)
+            known[token] = int.from_bytes(digest.digest(), "big")
+    return sorted(set(map(known.__getitem__, distinct)))
+
+
+def forget_search_key(key: bytes) -> None:
+    """Drop the memo of a search key's hashes (its user was erased)."""
+    _keyed.pop(key, None)
 
 
 _masks: dict[tuple[str, str], int] = {}
@@ -79,11 +117,17 @@ class ScopedTerms:
     hashes: list[int]
 
 
-def message_terms(tokens: Iterable[str], chat_id: str, user_id: str) -> ScopedTerms:
-    """The terms of a message of ``chat_id`` (owned by ``user_id``) with these tokens."""
-    return ScopedTerms(mask("chat", chat_id), mask("user", user_id), token_hashes(tokens))
+def message_terms(
+    tokens: Iterable[str], chat_id: str, user_id: str, key: bytes | None = None
+) -> ScopedTerms:
+    """The terms of a message of ``chat_id`` (owned by ``user_id``) with these tokens
+    (``key``: the owner's search key, in an encrypted store)."""
+    return ScopedTerms(mask("chat", chat_id), mask("user", user_id), token_hashes(tokens, key))
 
 
-def query_terms(tokens: Iterable[str], kind: str, scope_id: str) -> tuple[int, list[int]]:
-    """The mask of the scope searched and the hashes of the query's tokens."""
-    return mask(kind, scope_id), token_hashes(tokens)
+def query_terms(
+    tokens: Iterable[str], kind: str, scope_id: str, key: bytes | None = None
+) -> tuple[int, list[int]]:
+    """The mask of the scope searched and the hashes of the query's tokens (``key``: the
+    search key of the user whose text is searched, in an encrypted store)."""
+    return mask(kind, scope_id), token_hashes(tokens, key)

@@ -1,0 +1,401 @@
+"""Keys for encryption at rest: the `KeyProvider` protocol and `LocalKeyProvider`.
+
+A store opened with ``SqlContextStore(url, encryption=provider)`` encrypts what users wrote
+(message contents, chat titles and metadata) with AES-256-GCM under one random *data key per
+user*. The provider holds those keys **outside the database** — the database only names them —
+so that destroying a user's key (``erase_user`` does) makes that user's rows unreadable in
+every copy of the database: backups, replicas, old WAL.
+
+`LocalKeyProvider` keeps the data keys in a *keyring* (a SQLite file or a database of its own),
+each one wrapped (encrypted) under a *master key* that never touches a disk it does not have to:
+read it from the environment (`LocalKeyProvider.from_env`) or a secret manager. A provider
+backed by a KMS or Vault is one small class with the three methods of `KeyProvider` (see the
+encryption page of the docs).
+
+Needs the ``encryption`` extra (``pip install 'agentcontext[encryption]'``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import os
+import secrets
+from collections import OrderedDict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from sqlalchemy import (
+    Column,
+    DateTime,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    select,
+    update,
+)
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from agentcontext.errors import (
+    EncryptionError,
+    InvalidInputError,
+    InvalidTypeError,
+    MissingExtraError,
+)
+
+__all__ = ["KeyProvider", "LocalKeyProvider", "key_fingerprint"]
+
+KEY_BYTES = 32
+"""AES-256: every master key and data key is 32 random bytes."""
+
+_WRAP_AAD = b"agentcontext-data-key\x00"
+
+
+@runtime_checkable
+class KeyProvider(Protocol):
+    """Where a store's data keys live: one random 32-byte key per user, never in the store's
+    database. A store asks for a user's key when it first reads or writes that user's rows and
+    keeps it in memory (bounded)."""
+
+    async def get_data_key(self, user_id: str) -> bytes | None:
+        """The data key of ``user_id``, or None when the user has none (never had one, or it
+        was destroyed)."""
+        ...
+
+    async def create_data_key(self, user_id: str) -> bytes:
+        """The data key of ``user_id``, made (32 random bytes) and kept if the user has none.
+        Concurrent calls for one user must return the same key."""
+        ...
+
+    async def destroy_data_key(self, user_id: str) -> bool:
+        """Destroy the data key of ``user_id`` for good; whether there was one."""
+        ...
+
+
+def key_fingerprint(key: bytes) -> str:
+    """A short, one-way name of a key (16 hex digits): tells keys apart without revealing them."""
+    return hashlib.blake2b(key, digest_size=8, person=b"agentcontext-fp").hexdigest()
+
+
+def _aesgcm(key: bytes) -> Any:
+    try:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    except ImportError:  # pragma: no cover - the extra is installed in the tests
+        raise MissingExtraError(
+            "encryption needs the cryptography package: pip install 'agentcontext[encryption]'"
+        ) from None
+    return AESGCM(key)
+
+
+def _check_key(key: object, what: str) -> bytes:
+    if not isinstance(key, (bytes, bytearray)):
+        raise InvalidTypeError(f"{what} must be {KEY_BYTES} bytes, got {type(key).__name__}")
+    if len(key) != KEY_BYTES:
+        raise InvalidInputError(
+            f"{what} must be {KEY_BYTES} bytes (AES-256), got {len(key)}; make one with "
+            "secrets.token_bytes(32)"
+        )
+    return bytes(key)
+
+
+def _check_user(user_id: object) -> str:
+    if not isinstance(user_id, str) or not user_id:
+        raise InvalidInputError("a data key belongs to a user: user_id must be a non-empty str")
+    return user_id
+
+
+_metadata = MetaData()
+_KEYS = Table(
+    "agentcontext_data_keys",
+    _metadata,
+    Column("user_id", String(255, collation=None), primary_key=True),
+    Column("wrapped", LargeBinary, nullable=True),
+    Column("master", String(16), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("destroyed_at", DateTime(timezone=True), nullable=True),
+)
+
+
+class LocalKeyProvider:
+    """Data keys in a keyring of their own, each wrapped under ``master_key`` (AES-256-GCM,
+    bound to its user).
+
+    ``keyring`` is the path of a SQLite file or a SQLAlchemy async URL (``sqlite+aiosqlite://``,
+    ``postgresql+asyncpg://``, ``mysql+asyncmy://``) of a database that is *not* the store's:
+    a copy of the store's database must not carry the keys that open it. Back the keyring up
+    apart from the data (see the encryption page of the docs). A destroyed key leaves a
+    tombstone (its user and when), so an erased user is told apart from a wrong keyring.
+
+    Unwrapped keys are kept in memory, at most ``cache_size`` of them (least recently used
+    first out). Use it as an async context manager, or call `aclose`.
+    """
+
+    def __init__(
+        self,
+        master_key: bytes,
+        keyring: str | os.PathLike[str] | URL,
+        *,
+        cache_size: int = 10_000,
+    ) -> None:
+        self._master = _check_key(master_key, "master_key")
+        self._aead = _aesgcm(self._master)
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
+            raise InvalidInputError("cache_size must be a positive int")
+        self._cache_size = cache_size
+        self._cache: OrderedDict[str, bytes] = OrderedDict()
+        self._url = _keyring_url(keyring)
+        self._engine: AsyncEngine | None = None
+        self._ready = False
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_env(
+        cls,
+        name: str = "AGENTCONTEXT_MASTER_KEY",
+        *,
+        keyring: str | os.PathLike[str] | URL,
+        cache_size: int = 10_000,
+    ) -> LocalKeyProvider:
+        """A provider whose master key is the base64 text of the environment variable
+        ``name`` (make one with ``python -c "import base64, secrets;
+        print(base64.b64encode(secrets.token_bytes(32)).decode())"``)."""
+        text = os.environ.get(name)
+        if not text:
+            raise EncryptionError(
+                f"the environment variable {name} holding the master key is not set; set it to "
+                "the base64 text of the 32-byte master key the keyring was made with"
+            )
+        try:
+            key = base64.b64decode(text.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            raise EncryptionError(
+                f"the environment variable {name} is not base64 text; it must hold the base64 "
+                "text of a 32-byte master key"
+            ) from None
+        if len(key) != KEY_BYTES:
+            raise EncryptionError(
+                f"the environment variable {name} holds a {len(key)}-byte key; the master key "
+                f"is {KEY_BYTES} bytes"
+            )
+        return cls(key, keyring, cache_size=cache_size)
+
+    @property
+    def keyring_url(self) -> str:
+        """The keyring's URL (password hidden)."""
+        return self._url.render_as_string(hide_password=True)
+
+    async def get_data_key(self, user_id: str) -> bytes | None:
+        """The data key of ``user_id``, or None (never made, or destroyed)."""
+        user_id = _check_user(user_id)
+        found = self._cache.get(user_id)
+        if found is not None:
+            self._cache.move_to_end(user_id)
+            return found
+        engine = await self._open()
+        row = await self._read(engine, user_id)
+        if row is None or row[0] is None:
+            return None
+        return self._remember(user_id, self._unwrap(user_id, row[0], row[1]))
+
+    async def create_data_key(self, user_id: str) -> bytes:
+        """The data key of ``user_id``, made and kept if it has none (a destroyed key is
+        replaced by a new one: data sealed under the old key stays unreadable)."""
+        user_id = _check_user(user_id)
+        existing = await self.get_data_key(user_id)
+        if existing is not None:
+            return existing
+        engine = await self._open()
+        key = secrets.token_bytes(KEY_BYTES)
+        values = {
+            "wrapped": self._wrap(user_id, key),
+            "master": key_fingerprint(self._master),
+            "created_at": datetime.now(UTC),
+            "destroyed_at": None,
+        }
+        try:
+            async with engine.begin() as conn:
+                changed = await conn.execute(
+                    update(_KEYS)
+                    .where(_KEYS.c.user_id == user_id, _KEYS.c.wrapped.is_(None))
+                    .values(**values)
+                )
+                if changed.rowcount == 0:
+                    await conn.execute(_KEYS.insert().values(user_id=user_id, **values))
+        except IntegrityError:
+            pass  # another process made it first: use theirs
+        except SQLAlchemyError as exc:
+            raise self._failed(exc) from exc
+        found = await self.get_data_key(user_id)
+        if found is None:  # pragma: no cover - destroyed at the same moment
+            raise EncryptionError(
+                f"the data key of user {user_id!r} was destroyed while it was being made",
+                key_id=user_id,
+            )
+        return found
+
+    async def destroy_data_key(self, user_id: str) -> bool:
+        """Destroy the data key of ``user_id`` (a tombstone stays); whether there was one."""
+        user_id = _check_user(user_id)
+        engine = await self._open()
+        self._cache.pop(user_id, None)
+        try:
+            async with engine.begin() as conn:
+                result = await conn.execute(
+                    update(_KEYS)
+                    .where(_KEYS.c.user_id == user_id, _KEYS.c.wrapped.is_not(None))
+                    .values(wrapped=None, master=None, destroyed_at=datetime.now(UTC))
+                )
+        except SQLAlchemyError as exc:
+            raise self._failed(exc) from exc
+        self._cache.pop(user_id, None)
+        return bool(result.rowcount)
+
+    async def destroyed_at(self, user_id: str) -> datetime | None:
+        """When the data key of ``user_id`` was destroyed, or None (it was not)."""
+        engine = await self._open()
+        row = await self._read(engine, _check_user(user_id))
+        return None if row is None else row[2]
+
+    async def rotate(self, new_master_key: bytes) -> int:
+        """Wrap every data key under ``new_master_key`` instead (one transaction; no message
+        is rewritten) and use it from now on; returns how many keys were wrapped again. Keep
+        the old master key until the keyring's backups are taken again."""
+        new = _check_key(new_master_key, "new_master_key")
+        new_aead = _aesgcm(new)
+        engine = await self._open()
+        count = 0
+        try:
+            async with engine.begin() as conn:
+                rows = (
+                    await conn.execute(
+                        select(_KEYS.c.user_id, _KEYS.c.wrapped, _KEYS.c.master).where(
+                            _KEYS.c.wrapped.is_not(None)
+                        )
+                    )
+                ).all()
+                for user_id, wrapped, master in rows:
+                    key = self._unwrap(user_id, wrapped, master)
+                    nonce = secrets.token_bytes(12)
+                    aad = _WRAP_AAD + user_id.encode()
+                    await conn.execute(
+                        update(_KEYS)
+                        .where(_KEYS.c.user_id == user_id)
+                        .values(
+                            wrapped=nonce + new_aead.encrypt(nonce, key, aad),
+                            master=key_fingerprint(new),
+                        )
+                    )
+                    count += 1
+        except SQLAlchemyError as exc:
+            raise self._failed(exc) from exc
+        self._master, self._aead = new, new_aead
+        return count
+
+    async def aclose(self) -> None:
+        """Close the keyring's connections and forget the unwrapped keys."""
+        self._cache.clear()
+        if self._engine is not None:
+            engine, self._engine, self._ready = self._engine, None, False
+            await engine.dispose()
+
+    async def __aenter__(self) -> LocalKeyProvider:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"LocalKeyProvider(keyring={self.keyring_url!r})"
+
+    # --- inside ----------------------------------------------------------------------------
+
+    async def _open(self) -> AsyncEngine:
+        if self._ready and self._engine is not None:
+            return self._engine
+        async with self._lock:
+            if self._engine is None:
+                self._engine = create_async_engine(self._url)
+            if not self._ready:
+                try:
+                    async with self._engine.begin() as conn:
+                        await conn.run_sync(_metadata.create_all)
+                except SQLAlchemyError as exc:
+                    raise self._failed(exc) from exc
+                self._ready = True
+        return self._engine
+
+    async def _read(self, engine: AsyncEngine, user_id: str) -> Any:
+        try:
+            async with engine.connect() as conn:
+                return (
+                    await conn.execute(
+                        select(_KEYS.c.wrapped, _KEYS.c.master, _KEYS.c.destroyed_at).where(
+                            _KEYS.c.user_id == user_id
+                        )
+                    )
+                ).first()
+        except SQLAlchemyError as exc:
+            raise self._failed(exc) from exc
+
+    def _wrap(self, user_id: str, key: bytes) -> bytes:
+        nonce = secrets.token_bytes(12)
+        return nonce + bytes(self._aead.encrypt(nonce, key, _WRAP_AAD + user_id.encode()))
+
+    def _unwrap(self, user_id: str, wrapped: bytes, master: str | None) -> bytes:
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            return bytes(
+                self._aead.decrypt(wrapped[:12], wrapped[12:], _WRAP_AAD + user_id.encode())
+            )
+        except (InvalidTag, ValueError):
+            mine = key_fingerprint(self._master)
+            if master is not None and master != mine:
+                raise EncryptionError(
+                    f"the keyring {self.keyring_url} was made with another master key "
+                    f"(fingerprint {master}, this one is {mine}): give the provider the "
+                    "master key the keyring was made (or last rotated) with",
+                    key_id=user_id,
+                ) from None
+            raise EncryptionError(
+                f"the data key of user {user_id!r} in the keyring {self.keyring_url} does not "
+                "open with this master key: the keyring was altered or the master key is wrong",
+                key_id=user_id,
+            ) from None
+
+    def _remember(self, user_id: str, key: bytes) -> bytes:
+        self._cache[user_id] = key
+        self._cache.move_to_end(user_id)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return key
+
+    def _failed(self, exc: BaseException) -> EncryptionError:
+        return EncryptionError(
+            f"the keyring {self.keyring_url} cannot be used: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}"
+        )
+
+
+def _keyring_url(keyring: object) -> URL:
+    if isinstance(keyring, URL):
+        return keyring
+    if isinstance(keyring, os.PathLike):
+        keyring = os.fspath(keyring)
+    if not isinstance(keyring, str) or not keyring:
+        raise InvalidTypeError(
+            "keyring must be the path of a SQLite file or a database URL, got "
+            f"{type(keyring).__name__}"
+        )
+    if "://" in keyring:
+        try:
+            return make_url(keyring)
+        except ArgumentError as exc:
+            raise InvalidInputError(f"cannot parse the keyring URL: {exc}") from None
+    return URL.create("sqlite+aiosqlite", database=str(Path(keyring).expanduser()))

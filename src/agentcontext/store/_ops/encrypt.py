@@ -1,0 +1,119 @@
+"""Encrypting an existing plain database in place (``agentcontext migrate encrypt``).
+
+Chat by chat, each in a short transaction of its own: the chat row is locked, its title and
+metadata sealed, and every message still plain written again through the one write path
+(`_messages.write`: sealed content, search terms taken out under their plain hashes and put
+back under the owner's keyed ones). A chat already sealed is passed over, so a run cut short
+(killed, cancelled, a lost connection) is finished by running it again, and a second run changes
+nothing. Activity times stay as they were; the chat's change version moves, so engines of other
+processes read the chat again.
+
+Until a run finishes, the chats it has not reached are plain: they read as before, but an
+encrypted store's search does not find their messages (their terms are unkeyed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, func, select, update
+
+from agentcontext.store._db.database import Database, unit
+from agentcontext.store._db.schema import chats as C
+from agentcontext.store._db.schema import messages as M
+from agentcontext.store._dialects import Dialect
+from agentcontext.store._ops import messages as _messages
+from agentcontext.store._rows.codec import chat_values, message_columns, row_record
+from agentcontext.store._rows.sealing import is_sealed, is_sealed_json
+
+__all__ = ["EncryptReport", "encrypt_in_place"]
+
+_LISTED = 500
+"""Chat ids read per listing query (keyset pages, so a run over millions stays flat)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EncryptReport:
+    """What a run sealed: chats whose rows it wrote, and messages."""
+
+    chats: int
+    messages: int
+
+
+async def encrypt_in_place(
+    db: Database, dialect: Dialect, progress: Callable[[int, int], object] | None = None
+) -> EncryptReport:
+    """Seal every plain chat and message of the database (see the module's documentation).
+    ``progress(done, total)`` is called after each chat."""
+    if not dialect.sealer.encrypted:
+        raise AssertionError("encrypt_in_place needs a store with a key provider")
+    total = int(await db.run("read", unit(_count)))
+    done = chats = messages = 0
+    after = ""
+    while True:
+        page = await db.run("read", unit(_chat_page, after))
+        if not page:
+            break
+        for chat_id, owner in page:
+            await dialect.sealer.ensure((owner,))
+            sealed = await db.run("write", unit(_seal_chat, dialect, chat_id), chat=chat_id)
+            if sealed is not None:
+                chats += 1
+                messages += sealed
+            done += 1
+            if progress is not None:
+                progress(done, max(total, done))
+            await asyncio.sleep(0)  # let writers of this process take their turn
+        after = page[-1][0]
+    return EncryptReport(chats=chats, messages=messages)
+
+
+def _count(conn: Connection) -> int:
+    return int(conn.scalar(select(func.count()).select_from(C)) or 0)
+
+
+def _chat_page(conn: Connection, after: str) -> list[tuple[str, str]]:
+    rows = conn.execute(
+        select(C.c.id, C.c.user_id).where(C.c.id > after).order_by(C.c.id).limit(_LISTED)
+    )
+    return [(str(row[0]), str(row[1])) for row in rows]
+
+
+def _seal_chat(conn: Connection, dialect: Dialect, chat_id: str) -> int | None:
+    """Seal what is plain of one chat (write transaction); the messages written, or None when
+    the chat was sealed already (or is gone)."""
+    dialect.lock_chat(conn, chat_id)
+    row = conn.execute(
+        select(C.c.user_id, C.c.title, C.c.metadata).where(C.c.id == chat_id)
+    ).first()
+    if row is None:
+        return None
+    owner, title, metadata = str(row[0]), row[1], row[2]
+    plain_chat = (title is not None and not is_sealed(title)) or not is_sealed(metadata)
+    rows = conn.execute(
+        select(*message_columns(dialect, M)).where(M.c.chat_id == chat_id).order_by(M.c.depth)
+    ).all()
+    plain = [r for r in rows if r[5] is not None and not is_sealed_json(r[5])]
+    if not plain_chat and not plain:
+        return None
+    values = {"metadata": metadata or {}, **({} if title is None else {"title": title})}
+    if plain_chat:
+        opened = {
+            key: value for key, value in values.items() if not is_sealed(value)
+        }  # a half-sealed row keeps what is sealed
+        conn.execute(
+            update(C)
+            .where(C.c.id == chat_id)
+            .values(**chat_values(dialect, chat_id, owner, opened))
+        )
+    if plain:
+        version = dialect.update_returning(
+            conn, C, [C.c.id == chat_id], {"version": C.c.version + 1}, C.c.version
+        )
+        records = [row_record(dialect, r) for r in plain]
+        _messages.write(
+            conn, dialect, records, {chat_id: int(version)}, updates={r.id for r in records}
+        )
+    return len(plain)

@@ -1,0 +1,389 @@
+"""Sealing: what users wrote, encrypted at rest under their own data key.
+
+A store has one sealer, on its dialect object (``dialect.sealer``): `PLAIN` when the store has
+no key provider, a `KeyedSealer` when it has one. The codec (`_rows.codec`) hands it every value
+it writes or reads of message contents, chat titles and chat metadata, so encryption has one
+place where rows are prepared and cannot be skipped by one writer.
+
+A sealed value is the text ``acenc1.<key id>.<key fingerprint>.<nonce and ciphertext>``
+(a JSON string in a JSON column): AES-256-GCM under the data key of the chat's owner, the key
+named by its user id (base64url) and the key's fingerprint, its associated data the table, the
+chat and the row id — a value copied to another row, or altered, does not open
+(`CorruptDataError` naming the row), and a value sealed under a destroyed key is an
+`EncryptionError` naming it, never text of another chat.
+
+Keys come from the provider (an ``await``), rows are prepared in a unit of work (no ``await``):
+a unit that needs a key the sealer does not hold raises `KeyNeeded`; the store's `Database`
+then fetches the keys (making them, for a write) and runs the unit again. Units are run again
+after a lost race already, so nothing of the first run remains.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from hashlib import blake2b
+from typing import Any
+
+from agentcontext.errors import EncryptionError
+from agentcontext.store._rows.terms import forget_search_key
+
+__all__ = [
+    "PLAIN",
+    "is_sealed",
+    "is_sealed_json",
+    "KeyNeeded",
+    "KeyedSealer",
+    "PlainSealer",
+    "Sealer",
+    "forget_key_everywhere",
+]
+
+PREFIX = "acenc1."
+_JSON_PREFIX = '"' + PREFIX
+_JSON_PREFIX_BYTES = _JSON_PREFIX.encode()
+_NONCE = 12
+_RECHECK_SECONDS = 1.0
+"""A key found missing (or another than a value names) is asked for again after this long:
+another process may have made it meanwhile."""
+
+
+class KeyNeeded(Exception):
+    """A unit of work needs data keys the sealer does not hold: fetch them, run it again."""
+
+    def __init__(self, user_ids: Iterable[str], *, create: bool) -> None:
+        self.user_ids = frozenset(user_ids)
+        self.create = create
+        super().__init__(f"data keys needed for {sorted(self.user_ids)!r}")
+
+
+class PlainSealer:
+    """No encryption: values are stored as given. A sealed value met on the way up means the
+    database is encrypted and the store was opened without its key provider."""
+
+    encrypted = False
+
+    def seal_json(self, text: str, user_id: str, table: str, chat_id: str, row_id: str) -> str:
+        return text
+
+    def seal_text(
+        self, text: str | None, user_id: str, table: str, chat_id: str, row_id: str
+    ) -> str | None:
+        return text
+
+    def open_json(self, raw: Any, table: str, chat_id: str, row_id: str) -> Any:
+        if is_sealed_json(raw):
+            raise _no_provider(table, row_id)
+        return raw
+
+    def open_value(self, value: Any, table: str, chat_id: str, row_id: str) -> Any:
+        if isinstance(value, str) and value.startswith(PREFIX):
+            raise _no_provider(table, row_id)
+        return value
+
+    open_text = open_value
+
+    def search_key(self, user_id: str) -> bytes | None:
+        return None
+
+    def require(self, user_ids: Iterable[str]) -> None:
+        return None
+
+    async def load(self, need: KeyNeeded) -> None:  # pragma: no cover - never raised
+        return None
+
+    async def ensure(self, user_ids: Iterable[str]) -> None:
+        return None
+
+    async def destroy(self, user_id: str) -> bool:
+        return False
+
+    def refuse_unsealed(self, what: str) -> None:
+        return None
+
+    def forget(self, user_id: str) -> None:
+        return None
+
+
+PLAIN = PlainSealer()
+
+
+def _no_provider(table: str, row_id: str) -> EncryptionError:
+    return EncryptionError(
+        f"the database holds encrypted data (table {table.split('.')[0]}, row {row_id!r}) and "
+        "this store has no key provider: open it with SqlContextStore(url, encryption=<the key "
+        "provider the data was written with>)"
+    )
+
+
+@dataclass(slots=True)
+class _Key:
+    aead: Any
+    fingerprint: str
+    search_key: bytes
+
+
+@dataclass(slots=True)
+class _Entry:
+    key: _Key | None
+    loaded_at: float
+
+
+_sealers: weakref.WeakSet[KeyedSealer] = weakref.WeakSet()
+
+
+def forget_key_everywhere(user_id: str) -> None:
+    """Drop ``user_id``'s key from every sealer of this process (after its erasure)."""
+    for sealer in list(_sealers):
+        sealer.forget(user_id)
+
+
+class KeyedSealer:
+    """AES-256-GCM under each user's data key from ``provider`` (a `KeyProvider`), at most
+    ``cache_keys`` of them held in memory."""
+
+    encrypted = True
+
+    def __init__(self, provider: Any, cache_keys: int = 10_000) -> None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        self._aesgcm = AESGCM
+        self.provider = provider
+        self._cache_keys = cache_keys
+        self._keys: OrderedDict[str, _Entry] = OrderedDict()
+        _sealers.add(self)
+
+    # --- keys ------------------------------------------------------------------------------
+
+    def _entry(self, user_id: str) -> _Entry | None:
+        entry = self._keys.get(user_id)
+        if entry is not None:
+            self._keys.move_to_end(user_id)
+        return entry
+
+    def _writing_key(self, user_id: str) -> _Key:
+        entry = self._entry(user_id)
+        if entry is None or entry.key is None:
+            raise KeyNeeded((user_id,), create=True)
+        return entry.key
+
+    def require(self, user_ids: Iterable[str]) -> None:
+        """Raise `KeyNeeded` for those of ``user_ids`` whose key is not held (reads of many
+        users' rows ask for all their keys at once)."""
+        missing = {u for u in user_ids if u not in self._keys}
+        if missing:
+            raise KeyNeeded(missing, create=False)
+
+    def search_key(self, user_id: str) -> bytes | None:
+        """The key of ``user_id``'s search terms, or None when the user has no data key (so
+        nothing of theirs is stored)."""
+        entry = self._entry(user_id)
+        if entry is None or (entry.key is None and _stale(entry)):
+            raise KeyNeeded((user_id,), create=False)
+        return None if entry.key is None else entry.key.search_key
+
+    async def ensure(self, user_ids: Iterable[str]) -> None:
+        """Hold the keys of ``user_ids`` (made if they have none): for rows prepared before
+        their unit of work runs."""
+        missing = [u for u in user_ids if (e := self._keys.get(u)) is None or e.key is None]
+        if missing:
+            await self.load(KeyNeeded(missing, create=True))
+
+    async def load(self, need: KeyNeeded) -> None:
+        """Fetch (or, for a write, make) the keys ``need`` names."""
+        for user_id in sorted(need.user_ids):
+            try:
+                if need.create:
+                    raw = await self.provider.create_data_key(user_id)
+                else:
+                    raw = await self.provider.get_data_key(user_id)
+            except EncryptionError:
+                raise
+            except Exception as exc:  # a provider's own failure: name it, keep its cause
+                raise EncryptionError(
+                    f"the key provider {type(self.provider).__name__} failed for the data key "
+                    f"of user {user_id!r}: {type(exc).__name__}: {exc}",
+                    key_id=user_id,
+                ) from exc
+            key = None if raw is None else self._key(user_id, raw)
+            self._keys[user_id] = _Entry(key, time.monotonic())
+            self._keys.move_to_end(user_id)
+        while len(self._keys) > self._cache_keys:
+            self._keys.popitem(last=False)
+
+    def _key(self, user_id: str, raw: object) -> _Key:
+        if not isinstance(raw, (bytes, bytearray)) or len(raw) != 32:
+            raise EncryptionError(
+                f"the key provider gave the data key of user {user_id!r} as something other "
+                "than 32 bytes; a data key is 32 random bytes",
+                key_id=user_id,
+            )
+        raw = bytes(raw)
+        return _Key(
+            aead=self._aesgcm(raw),
+            fingerprint=blake2b(raw, digest_size=6, person=b"agentcontext-fp").hexdigest(),
+            search_key=blake2b(raw, digest_size=32, person=b"agentcontext-sk").digest(),
+        )
+
+    async def destroy(self, user_id: str) -> bool:
+        """Destroy the data key of ``user_id`` at the provider and in every sealer of this
+        process; whether there was one."""
+        try:
+            destroyed = bool(await self.provider.destroy_data_key(user_id))
+        except EncryptionError:
+            raise
+        except Exception as exc:
+            raise EncryptionError(
+                f"the key provider {type(self.provider).__name__} failed to destroy the data "
+                f"key of user {user_id!r}: {type(exc).__name__}: {exc}; the user's rows are "
+                "deleted, erase the user again to destroy the key",
+                key_id=user_id,
+            ) from exc
+        finally:
+            forget_key_everywhere(user_id)
+        return destroyed
+
+    def refuse_unsealed(self, what: str) -> None:
+        """Refuse to write ``what``: rows this version cannot seal yet (content-addressed
+        blobs are shared across users, so no one user's key can seal them)."""
+        raise EncryptionError(
+            f"{what} cannot be stored in an encrypted store yet: their contents are "
+            "content-addressed blobs shared across users, and this version cannot seal them "
+            "under one user's key. Nothing was written. Keep them in a store without encryption "
+            "or leave them out"
+        )
+
+    def forget(self, user_id: str) -> None:
+        """Drop the key of ``user_id`` (it was destroyed)."""
+        entry = self._keys.pop(user_id, None)
+        if entry is not None and entry.key is not None:
+            forget_search_key(entry.key.search_key)
+
+    # --- values ----------------------------------------------------------------------------
+
+    def seal_text(
+        self, text: str | None, user_id: str, table: str, chat_id: str, row_id: str
+    ) -> str | None:
+        """``text`` sealed for its row (None stays None)."""
+        if text is None:
+            return None
+        key = self._writing_key(user_id)
+        nonce = _nonce()
+        sealed = key.aead.encrypt(nonce, text.encode(), _aad(table, chat_id, row_id))
+        return f"{PREFIX}{_b64(user_id.encode())}.{key.fingerprint}.{_b64(nonce + sealed)}"
+
+    def seal_json(self, text: str, user_id: str, table: str, chat_id: str, row_id: str) -> str:
+        """The JSON text of a value, sealed for its row, as a JSON string."""
+        return f'"{self.seal_text(text, user_id, table, chat_id, row_id)}"'
+
+    def open_json(self, raw: Any, table: str, chat_id: str, row_id: str) -> Any:
+        """A JSON column's raw text (bytes) opened: the JSON text of the value."""
+        if is_sealed_json(raw):
+            text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw
+            return self._open(text.strip()[1:-1], table, chat_id, row_id)
+        return self._refuse_plain(raw, table, chat_id, row_id)
+
+    def open_value(self, value: Any, table: str, chat_id: str, row_id: str) -> Any:
+        """A decoded JSON column's value opened (the sealed text is a JSON string)."""
+        if isinstance(value, str) and value.startswith(PREFIX):
+            from agentcontext._validate import loads
+
+            return loads(self._open(value, table, chat_id, row_id))
+        return self._refuse_plain(value, table, chat_id, row_id)
+
+    def open_text(self, value: Any, table: str, chat_id: str, row_id: str) -> Any:
+        """A text column's value opened."""
+        if isinstance(value, str) and value.startswith(PREFIX):
+            return self._open(value, table, chat_id, row_id).decode()
+        return self._refuse_plain(value, table, chat_id, row_id)
+
+    def _refuse_plain(self, value: Any, table: str, chat_id: str, row_id: str) -> Any:
+        # A plain value in an encrypted store: written before `migrate encrypt` finished, or
+        # by a store without the provider. Read as it is (the docs say how to encrypt it).
+        return value
+
+    def _open(self, sealed: str, table: str, chat_id: str, row_id: str) -> bytes:
+        parts = sealed[len(PREFIX) :].split(".")
+        try:
+            if len(parts) != 3:
+                raise ValueError
+            user_id = _unb64(parts[0]).decode()
+            fingerprint, blob = parts[1], _unb64(parts[2])
+        except (ValueError, UnicodeDecodeError, binascii.Error):
+            raise _corrupt(table, chat_id, row_id, "its sealed value is malformed") from None
+        entry = self._entry(user_id)
+        if entry is None:
+            raise KeyNeeded((user_id,), create=False)
+        key = entry.key
+        if key is None or key.fingerprint != fingerprint:
+            if _stale(entry):
+                raise KeyNeeded((user_id,), create=False)
+            state = "was destroyed (the user was erased)" if key is None else "was replaced"
+            raise EncryptionError(
+                f"row {row_id!r} of chat {chat_id!r} (table {table}) is sealed under a data "
+                f"key of user {user_id!r} (fingerprint {fingerprint}) that the key provider "
+                f"does not hold: it {state}, or the provider is not the one the data was "
+                "written with. The text cannot be read",
+                key_id=user_id,
+            )
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            return bytes(
+                key.aead.decrypt(blob[:_NONCE], blob[_NONCE:], _aad(table, chat_id, row_id))
+            )
+        except (InvalidTag, ValueError):
+            raise _corrupt(
+                table,
+                chat_id,
+                row_id,
+                "its sealed value does not open for this row (altered, or copied from another row)",
+            ) from None
+
+
+Sealer = PlainSealer | KeyedSealer
+
+
+def is_sealed(value: Any) -> bool:
+    """Whether a text column's value is a sealed value (never shown as text)."""
+    return isinstance(value, str) and value.startswith(PREFIX)
+
+
+def is_sealed_json(raw: Any) -> bool:
+    """Whether a JSON column's raw value (or its text) is a sealed value."""
+    if isinstance(raw, bytes):
+        return raw[:8] == _JSON_PREFIX_BYTES
+    return isinstance(raw, str) and raw[:8] == _JSON_PREFIX
+
+
+def _stale(entry: _Entry) -> bool:
+    return time.monotonic() - entry.loaded_at > _RECHECK_SECONDS
+
+
+def _aad(table: str, chat_id: str, row_id: str) -> bytes:
+    return f"agentcontext\x00{table}\x00{chat_id}\x00{row_id}".encode()
+
+
+def _nonce() -> bytes:
+    import os
+
+    return os.urandom(_NONCE)
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _corrupt(table: str, chat_id: str, row_id: str, reason: str) -> Exception:
+    from agentcontext.store._rows.decode import corrupt
+
+    return corrupt(table.split(".")[0], row_id, chat_id, reason)

@@ -1,0 +1,419 @@
+"""Encryption at rest (DESIGN §2.12), on every backend.
+
+Users' text (message contents, chat titles and metadata) is stored sealed under a data key per
+user that a `KeyProvider` holds outside the database: a string planted through every writer is
+absent from the raw database (the SQLite file and its WAL, ``pg_dump``, ``mariadb-dump``) while
+search still finds it; a value moved to another row does not open; erasure destroys the key, so
+a copy taken before cannot be read; missing and wrong keys are `EncryptionError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import secrets
+import shutil
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import make_url, text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from agentcontext import (
+    ContextEngine,
+    CorruptDataError,
+    EncryptionError,
+    InvalidInputError,
+    InvalidTypeError,
+    LocalKeyProvider,
+    assistant_text,
+    user,
+)
+from agentcontext.messages import Message
+from agentcontext.snapshots import ContextSnapshot
+from agentcontext.store import ChatUpdate, MessageRecord, SearchResult, SqlContextStore
+
+PLANT = "qzvplanted" + secrets.token_hex(4)
+SEARCH_EXAMPLES = int(os.environ.get("AGENTCONTEXT_PARITY_EXAMPLES", "60")) // 4
+
+
+@pytest.fixture
+async def provider(tmp_path: Path) -> AsyncIterator[LocalKeyProvider]:
+    async with LocalKeyProvider(secrets.token_bytes(32), tmp_path / "keyring.db") as found:
+        yield found
+
+
+def raw_bytes(backend: str, url: str, tmp_path: Path) -> bytes:
+    """Everything the database holds, as a reader of its files or dumps sees it."""
+    parsed = make_url(url)
+    if backend == "sqlite":
+        database = Path(str(parsed.database))
+        return b"".join(p.read_bytes() for p in database.parent.glob(database.name + "*"))
+    if backend in ("postgres", "pgbouncer"):
+        command = [
+            "pg_dump", "-h", parsed.host or "127.0.0.1", "-p", "5432",
+            "-U", parsed.username or "postgres", "--data-only", str(parsed.database),
+        ]  # fmt: skip
+    else:
+        command = [
+            "mariadb-dump", "-h", parsed.host or "127.0.0.1", "-P", str(parsed.port or 3306),
+            "-u", parsed.username or "root", "--skip-extended-insert", "--hex-blob",
+            str(parsed.database),
+        ]  # fmt: skip
+        if parsed.password:
+            command.insert(-1, f"-p{parsed.password}")
+    found = subprocess.run(command, capture_output=True, check=True, timeout=120)
+    assert len(found.stdout) > 1000  # a dump, not an empty answer
+    return found.stdout
+
+
+async def summarize(messages: list[Message]) -> str:
+    return f"summary {PLANT} of {len(messages)} messages"
+
+
+async def test_a_planted_string_is_nowhere_in_the_raw_database_and_search_finds_it(
+    backend: str, store_url: str, tmp_path: Path, provider: LocalKeyProvider
+) -> None:
+    async with SqlContextStore(store_url, encryption=provider) as store:
+        # Every writer of users' text: chats (create, upsert, update), a save, a streaming
+        # turn, an in-place update, a compaction, an import and a copy.
+        await store.create_chat("c1", user_id="u1", title=f"t {PLANT}", metadata={"k": PLANT})
+        await store.upsert_chat("c2", user_id="u1", title=f"t2 {PLANT}", metadata={"k": PLANT})
+        await store.update_chat("c2", lambda chat: ChatUpdate(title=f"t3 {PLANT}"))
+        engine = ContextEngine(store=store, chat_id="c1", user_id="u1")
+        for turn in range(4):
+            engine.set(user(f"question {turn} {PLANT}"), assistant_text(f"answer {PLANT}"))
+            await engine.save()
+        await engine.begin_turn(user(f"streamed {PLANT}"))
+        await engine.complete_turn(assistant_text(f"streamed answer {PLANT}"))
+        head = await engine.head_message()
+        assert head is not None
+        engine.set(assistant_text(f"edited {PLANT}", id=head.id))
+        await engine.save(branch=False)
+        await engine.compact(summarize, keep_last_turns=1)
+        await engine.update_chat(title=f"renamed {PLANT}")
+        export = await store.export_chat("c1")
+        await store.delete_chat("c1")
+        await store.import_chat(export)
+        await store.copy_chat("c1", "c3")
+
+        hits = await store.search_messages("c1", PLANT)
+        assert hits and all(PLANT in hit.snippet for hit in hits)
+        assert len(await store.search_user_messages("u1", PLANT, limit=100)) > len(hits)
+        chats = {chat.id: chat for chat in await store.list_chats(user_id="u1")}
+        assert chats["c2"].title == f"t3 {PLANT}" and chats["c2"].metadata == {"k": PLANT}
+        assert chats["c1"].title == f"renamed {PLANT}"
+        fresh = ContextEngine(store=store, chat_id="c3", user_id="u1")
+        texts = [m.model_dump_json() for m in (await fresh.resolve()).messages]
+        assert any(f"edited {PLANT}" in t for t in texts)
+    await provider.aclose()
+    raw = raw_bytes(backend, store_url, tmp_path)
+    assert PLANT.encode() not in raw
+    assert PLANT.encode().hex().encode() not in raw.lower()  # not as hex either
+    assert b"acenc1." in raw  # what is there instead
+
+
+@pytest.fixture
+def search_pairs(
+    backend: str, store_url: str, tmp_path: Path
+) -> Iterator[tuple[asyncio.Runner, SqlContextStore, SqlContextStore]]:
+    """A plain store and an encrypted one on the same database, in one event loop."""
+    runner = asyncio.Runner()
+    provider = LocalKeyProvider(secrets.token_bytes(32), tmp_path / "pairs-keyring.db")
+    plain = SqlContextStore(store_url)
+    sealed = SqlContextStore(store_url, encryption=provider)
+    yield runner, plain, sealed
+    for closing in (plain.close(), sealed.close(), provider.aclose()):
+        runner.run(closing)
+    runner.close()
+
+
+async def _fill(store: SqlContextStore, chat: str, owner: str, texts: list[str]) -> None:
+    await store.create_chat(chat, user_id=owner)
+    records, parent = [], None
+    for i, body in enumerate(texts):
+        message_id = f"{chat}-{i}"
+        role = "user" if i % 2 == 0 else "assistant"
+        data = {"id": message_id, "role": role, "parts": [{"type": "text", "text": body}]}
+        records.append(
+            MessageRecord(id=message_id, chat_id=chat, parent_id=parent, name=role, data=data)
+        )
+        parent = message_id
+    await store.add_messages(records)
+
+
+def _hits(results: list[SearchResult], chat: str) -> list[tuple[str, float, str]]:
+    return [(r.message.id.removeprefix(chat), r.rank, r.snippet) for r in results]
+
+
+WORDS = ["alpha", "beta", "Gamma", "émigré", "日本語", "x1.5", "a@b.io", "/usr/bin", "🦊", "NEAR"]
+sentence = st.lists(st.sampled_from(WORDS), min_size=1, max_size=10).map(" ".join)
+query = st.one_of(
+    st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join),
+    st.text(min_size=1, max_size=12).filter(
+        lambda t: "\x00" not in t and not any(0xD800 <= ord(c) <= 0xDFFF for c in t)
+    ),
+)
+
+
+@settings(
+    max_examples=SEARCH_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    texts=st.lists(sentence, min_size=1, max_size=12),
+    queries=st.lists(query, min_size=1, max_size=3),
+)
+def test_encrypted_search_equals_plain_search(
+    search_pairs: tuple[asyncio.Runner, SqlContextStore, SqlContextStore],
+    texts: list[str],
+    queries: list[str],
+) -> None:
+    runner, plain, sealed = search_pairs
+    name = uuid.uuid4().hex[:10]
+    pairs = [(plain, f"p{name}", f"up{name}"), (sealed, f"s{name}", f"us{name}")]
+    for store, chat, owner in pairs:
+        runner.run(_fill(store, chat, owner, texts))
+    for searched in queries:
+        found = [
+            _hits(runner.run(store.search_messages(chat, searched, limit=20)), chat)
+            for store, chat, _ in pairs
+        ]
+        assert found[1] == found[0], f"query {searched!r}: encrypted search differs from plain"
+        user_wide = [
+            _hits(runner.run(store.search_user_messages(owner, searched, limit=20)), chat)
+            for store, chat, owner in pairs
+        ]
+        assert user_wide[1] == user_wide[0]
+
+
+async def test_a_value_moved_to_another_row_does_not_open(
+    backend: str, store_url: str, provider: LocalKeyProvider
+) -> None:
+    async with SqlContextStore(store_url, encryption=provider) as store:
+        for chat in ("a", "b"):
+            await store.create_chat(chat, user_id="u1", title=f"title of {chat}")
+            engine = ContextEngine(store=store, chat_id=chat, user_id="u1")
+            engine.set(user(f"text of {chat}", id=f"m-{chat}"))
+            await engine.save()
+    direct = make_url(store_url)
+    if backend == "pgbouncer":  # past the pooler, straight to the server
+        direct = direct.set(port=5432).difference_update_query(["pgbouncer"])
+    engine = create_async_engine(direct)
+    try:
+        async with engine.begin() as conn:
+            # Copied as the database holds them (a derived table: MySQL will not read the
+            # table it updates).
+            await conn.execute(
+                text(
+                    "UPDATE messages SET data = (SELECT data FROM (SELECT data FROM messages "
+                    "WHERE id = 'm-a') AS t) WHERE id = 'm-b'"
+                )
+            )
+            await conn.execute(
+                text(
+                    "UPDATE chats SET title = (SELECT title FROM (SELECT title FROM chats "
+                    "WHERE id = 'a') AS t) WHERE id = 'b'"
+                )
+            )
+    finally:
+        await engine.dispose()
+    async with SqlContextStore(store_url, encryption=provider) as store:
+        with pytest.raises(CorruptDataError) as caught:
+            await store.get_messages("b")
+        assert caught.value.row_id == "m-b" and "m-b" in str(caught.value)
+        assert [r.data["parts"][0]["text"] for r in await store.get_messages("a")] == ["text of a"]
+        with pytest.raises(CorruptDataError, match="'b'"):
+            await store.get_chat("b")
+        infos = {info.id: info for info in await store.list_chats()}
+        assert infos["b"].damaged is not None and infos["b"].title is None
+        assert infos["a"].title == "title of a"
+
+
+async def test_erasure_destroys_the_key_so_a_backup_cannot_be_read(
+    tmp_path: Path, provider: LocalKeyProvider
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'live.db'}"
+    async with SqlContextStore(url, encryption=provider) as store:
+        for who in ("alice", "bob"):
+            await store.create_chat(f"c-{who}", user_id=who, title=f"{who}'s chat")
+            engine = ContextEngine(store=store, chat_id=f"c-{who}", user_id=who)
+            engine.set(user(f"secret of {who}"))
+            await engine.save()
+    shutil.copy(tmp_path / "live.db", tmp_path / "backup.db")
+    async with SqlContextStore(url, encryption=provider) as store:
+        report = await store.erase_user("alice")
+        assert report.keys_destroyed == 1 and report.chat_ids == ["c-alice"]
+        again = await store.erase_user("alice")
+        assert again.keys_destroyed == 0 and again.chat_ids == []
+    assert await provider.get_data_key("alice") is None
+    assert await provider.destroyed_at("alice") is not None
+    backup = f"sqlite+aiosqlite:///{tmp_path / 'backup.db'}"
+    async with SqlContextStore(backup, encryption=provider) as store:
+        with pytest.raises(EncryptionError, match="alice") as caught:
+            await store.get_messages("c-alice")
+        assert caught.value.key_id == "alice" and "destroyed" in str(caught.value)
+        with pytest.raises(EncryptionError):
+            await store.list_chats()  # alice's title is in the list
+        assert [r.data["parts"][0]["text"] for r in await store.get_messages("c-bob")] == [
+            "secret of bob"
+        ]
+        bob = await store.list_chats(user_id="bob")
+        assert [chat.title for chat in bob] == ["bob's chat"]
+        assert await store.search_messages("c-bob", "secret")
+        assert await store.search_user_messages("alice", "secret") == []
+
+
+async def test_without_the_provider_or_with_a_wrong_master_key_nothing_reads(
+    tmp_path: Path, provider: LocalKeyProvider
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+    async with SqlContextStore(url, encryption=provider) as store:
+        await store.create_chat("c1", user_id="u1", title="hidden title")
+        engine = ContextEngine(store=store, chat_id="c1", user_id="u1")
+        engine.set(user("hidden text"))
+        await engine.save()
+    async with SqlContextStore(url) as plain:
+        with pytest.raises(EncryptionError, match="encryption="):
+            await plain.get_messages("c1")
+        with pytest.raises(EncryptionError, match="encryption="):
+            await plain.get_chat("c1")
+        with pytest.raises(EncryptionError):
+            await ContextEngine(store=plain, chat_id="c1", user_id="u1").resolve()
+    wrong = LocalKeyProvider(secrets.token_bytes(32), tmp_path / "keyring.db")
+    async with wrong, SqlContextStore(url, encryption=wrong) as store:
+        with pytest.raises(EncryptionError, match="another master key"):
+            await store.get_messages("c1")
+    other = LocalKeyProvider(secrets.token_bytes(32), tmp_path / "other.db")
+    async with other, SqlContextStore(url, encryption=other) as store:
+        with pytest.raises(EncryptionError, match="does not hold"):
+            await store.get_messages("c1")
+
+
+async def test_rotation_wraps_every_key_again_and_rewrites_no_message(tmp_path: Path) -> None:
+    old, new = secrets.token_bytes(32), secrets.token_bytes(32)
+    url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+    keyring = tmp_path / "keyring.db"
+    async with LocalKeyProvider(old, keyring) as provider:
+        async with SqlContextStore(url, encryption=provider) as store:
+            for who in ("a", "b", "c"):
+                await store.create_chat(who, user_id=who)
+                engine = ContextEngine(store=store, chat_id=who, user_id=who)
+                engine.set(user(f"text of {who}"))
+                await engine.save()
+        before = (tmp_path / "data.db").read_bytes()
+        assert await provider.rotate(new) == 3
+    assert (tmp_path / "data.db").read_bytes() == before
+    async with LocalKeyProvider(old, keyring) as stale:
+        with pytest.raises(EncryptionError, match="another master key"):
+            await stale.get_data_key("a")
+    renewed = LocalKeyProvider(new, keyring)
+    async with renewed, SqlContextStore(url, encryption=renewed) as store:
+        for who in ("a", "b", "c"):
+            records = await store.get_messages(who)
+            assert records[0].data["parts"][0]["text"] == f"text of {who}"
+
+
+async def test_from_env_reads_a_base64_master_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = secrets.token_bytes(32)
+    monkeypatch.setenv("TEST_MASTER", base64.b64encode(key).decode())
+    keyring = tmp_path / "keyring.db"
+    async with LocalKeyProvider.from_env("TEST_MASTER", keyring=keyring) as provider:
+        made = await provider.create_data_key("u1")
+        assert len(made) == 32 and await provider.create_data_key("u1") == made
+    async with LocalKeyProvider(key, keyring) as same:
+        assert await same.get_data_key("u1") == made
+    monkeypatch.delenv("TEST_MASTER")
+    with pytest.raises(EncryptionError, match="TEST_MASTER"):
+        LocalKeyProvider.from_env("TEST_MASTER", keyring=keyring)
+    monkeypatch.setenv("TEST_MASTER", "not base64!")
+    with pytest.raises(EncryptionError, match="base64"):
+        LocalKeyProvider.from_env("TEST_MASTER", keyring=keyring)
+    monkeypatch.setenv("TEST_MASTER", base64.b64encode(b"short").decode())
+    with pytest.raises(EncryptionError, match="32"):
+        LocalKeyProvider.from_env("TEST_MASTER", keyring=keyring)
+
+
+async def test_bad_providers_and_keys_are_refused(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+    with pytest.raises(InvalidTypeError, match="key provider"):
+        SqlContextStore(url, encryption=object())  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="32 bytes"):
+        LocalKeyProvider(b"short", tmp_path / "k.db")
+    with pytest.raises(InvalidTypeError):
+        LocalKeyProvider("x" * 32, tmp_path / "k.db")  # type: ignore[arg-type]
+
+
+class FlakyProvider:
+    """A provider whose keys live in ``inner`` and that fails while ``down``."""
+
+    def __init__(self, inner: LocalKeyProvider) -> None:
+        self.inner = inner
+        self.down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise OSError("vault unreachable")
+
+    async def get_data_key(self, user_id: str) -> bytes | None:
+        self._check()
+        return await self.inner.get_data_key(user_id)
+
+    async def create_data_key(self, user_id: str) -> bytes:
+        self._check()
+        return await self.inner.create_data_key(user_id)
+
+    async def destroy_data_key(self, user_id: str) -> bool:
+        self._check()
+        return await self.inner.destroy_data_key(user_id)
+
+
+async def test_a_failing_provider_is_an_encryption_error_and_loses_nothing(
+    tmp_path: Path, provider: LocalKeyProvider
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+    flaky = FlakyProvider(provider)
+    flaky.down = True
+    async with SqlContextStore(url, encryption=flaky) as store:
+        with pytest.raises(EncryptionError, match="vault unreachable"):
+            await store.create_chat("c1", user_id="u1", title="a title")
+        flaky.down = False
+        await store.create_chat("c1", user_id="u1", title="a title")
+    async with SqlContextStore(url, encryption=flaky) as store:  # no key held yet
+        engine = ContextEngine(store=store, chat_id="c1", user_id="u1")
+        flaky.down = True
+        engine.set(user("text"))
+        with pytest.raises(EncryptionError, match="vault unreachable"):
+            await engine.save()
+        assert len(engine.pending) == 1  # nothing lost
+        with pytest.raises(EncryptionError, match="vault unreachable"):
+            await store.erase_user("u1")  # the rows go first, then the key cannot be destroyed
+        flaky.down = False
+        report = await store.erase_user("u1")
+        assert report.keys_destroyed == 1
+
+
+async def test_what_cannot_be_sealed_yet_is_refused_not_stored_plain(
+    tmp_path: Path, provider: LocalKeyProvider
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+    async with SqlContextStore(url, encryption=provider) as store:
+        engine = ContextEngine(store=store, chat_id="c1", user_id="u1")
+        engine.set(user("hello"))
+        await engine.save()
+        with pytest.raises(EncryptionError, match="snapshots"):
+            await engine.snapshot(ContextSnapshot(summary=f"s {PLANT}"))
+        with pytest.raises(EncryptionError, match="resolve records"):
+            await engine.resolve(record=True)
+        with pytest.raises(InvalidInputError, match="encrypted"):
+            await store.list_chats(metadata={"k": "v"})
+    assert PLANT.encode() not in (tmp_path / "data.db").read_bytes()
