@@ -1625,6 +1625,7 @@ WRONG: dict[str, tuple[object, ...]] = {
     "AsyncConnection": (None, "text", 42),
     "datetime | timedelta": (None, "1d", 42, [1]),
     "Callable[[int, int], object] | None": ("text", 42, [print]),
+    "KeyProvider | None": ("text", 42, b"k" * 32, [None]),
 }
 
 

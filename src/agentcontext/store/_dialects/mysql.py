@@ -219,7 +219,12 @@ class MySQLDialect(Dialect):
         # Writes lock what they change and read the latest rows: no snapshot is needed
         # (`prepare` asks for one where a call reads several times).
         kwargs.setdefault("isolation_level", "READ COMMITTED")
+        # A connection back in the pool is rolled back only when the server says it is in a
+        # transaction (`_reset`): after a commit that is a round trip saved on every write.
+        kwargs.setdefault("pool_reset_on_return", None)
         engine = create_async_engine(url, connect_args=connect_args, **kwargs)
+        if kwargs["pool_reset_on_return"] is None:
+            event.listen(engine.sync_engine, "reset", _reset)
         install_hooks(engine, options.command_timeout)
         return engine
 
@@ -369,30 +374,17 @@ class MySQLDialect(Dialect):
     ) -> int | None:
         chat_id = rows[0].chat_id
         _check_packet(conn, [row.data for row in rows])
-        # The chat row first (the lock order of every writer), only if it still belongs to
-        # the user the search terms were made for.
-        touched = conn.execute(
-            update(C)
-            .where(C.c.id == chat_id, C.c.user_id == owner)
-            .values(
-                updated_at=touched_at,
-                version=C.c.version + (1 if first else 0),
-                message_count=C.c.message_count + len(rows),
-            )
-        )
-        if not touched.rowcount:
-            raise AppendRefused("owner")  # (or the chat is gone: the general path says)
-        found = conn.execute(
-            select(B.c.head_message_id, B.c.head_depth, C.c.version)
-            .join_from(B, C, C.c.id == B.c.chat_id)
-            .where(B.c.id == branch_id, B.c.chat_id == chat_id)
-            .with_for_update()
-        ).first()
+        # One locking read of the chat row, then the branch row (the lock order of every
+        # writer): the owner the search terms were made for, the version, the head.
+        found = conn.execute(_LOCK_FOR_APPEND, {"chat_id": chat_id, "branch_id": branch_id}).first()
         if found is None:
-            raise AppendRefused("branch")
-        head, depth, version = found
+            raise AppendRefused("branch")  # (or the chat is gone: the general path says)
+        user_id, version, head, depth = found
+        if user_id != owner:
+            raise AppendRefused("owner")
         if head != rows[0].parent_id:
             raise AppendRefused("moved")
+        version = int(version) + (1 if first else 0)
         values = [
             {
                 "id": row.id,
@@ -403,26 +395,41 @@ class MySQLDialect(Dialect):
                 "type": row.type,
                 "data_json": row.data,
                 "created_at": row.created_at,
-                "version": int(version),
+                "version": version,
             }
             for step, row in enumerate(rows, 1)
         ]
         try:
-            conn.execute(_INSERT_MESSAGES, values)
+            if conn.dialect.insert_returning:
+                # MariaDB: the rows and their seq in one statement (INSERT ... RETURNING).
+                seqs = dict(conn.execute(_INSERT_MESSAGES_RETURNING, values).all())
+            else:
+                conn.execute(_INSERT_MESSAGES, values)
+                seqs = dict(
+                    conn.execute(
+                        select(M.c.id, M.c.seq).where(M.c.id.in_([row.id for row in rows]))
+                    ).all()
+                )
         except DBAPIError as exc:
             if self.is_unique_violation(exc):
                 raise AppendRefused("exists") from None
             raise
-        seqs = dict(
-            conn.execute(select(M.c.id, M.c.seq).where(M.c.id.in_([row.id for row in rows]))).all()
-        )
         self.index_rows(conn, [(int(seqs[row.id]), row.terms) for row in rows])
+        # The chat's activity and version and the branch's head in one statement.
         conn.execute(
-            update(B)
-            .where(B.c.id == branch_id)
-            .values(head_message_id=new_head, head_depth=int(depth) + len(rows))
+            update(C)
+            .where(C.c.id == chat_id, B.c.id == branch_id, B.c.chat_id == C.c.id)
+            .values(
+                {
+                    C.c.updated_at: touched_at,
+                    C.c.version: version,
+                    C.c.message_count: C.c.message_count + len(rows),
+                    B.c.head_message_id: new_head,
+                    B.c.head_depth: int(depth) + len(rows),
+                }
+            )
         )
-        return int(version)
+        return version
 
     # --- search ------------------------------------------------------------------------------
 
@@ -568,7 +575,31 @@ def _check_packet(conn: Connection, texts: Sequence[str | None]) -> None:
 _VERSION = Table(VERSION_TABLE, MetaData(), Column("version_num", String(32), primary_key=True))
 """Alembic's version table, as Alembic makes it (but for its primary key's name)."""
 
+_IN_TRANSACTION = 1
+"""The server's status flag SERVER_STATUS_IN_TRANS, as the drivers keep it."""
+
+
+def _reset(dbapi_connection: Any, record: Any, reset_state: Any) -> None:
+    """Reset a connection returned to the pool: a rollback unless the server's last status
+    says no transaction is open (an unknown status is rolled back)."""
+    if reset_state.terminate_only:
+        return
+    driver = getattr(dbapi_connection, "driver_connection", None)
+    status = getattr(driver, "server_status", None)
+    if not isinstance(status, int) or status & _IN_TRANSACTION:
+        dbapi_connection.rollback()
+
+
 _INSERT_MESSAGES = mysql.insert(M).values(data=bindparam("data_json", type_=Text))
+_INSERT_MESSAGES_RETURNING = _INSERT_MESSAGES.returning(M.c.id, M.c.seq)
+_LOCK_FOR_APPEND = (
+    select(C.c.user_id, C.c.version, B.c.head_message_id, B.c.head_depth)
+    .prefix_with("STRAIGHT_JOIN")  # the chat row is read (and locked) before the branch row
+    .select_from(C)
+    .join(B, B.c.chat_id == C.c.id)
+    .where(C.c.id == bindparam("chat_id"), B.c.id == bindparam("branch_id"))
+    .with_for_update()
+)
 """The rows of an append (run for many rows at once: one multi-row statement)."""
 
 

@@ -196,6 +196,7 @@ def load_records(
         if after == head_id:
             return []
         stop = _stop_depth(conn, chat_id, head_id, head_depth, after)
+    _owner_key(conn, dialect, chat_id)
     picked = _pick(conn, dialect, "records", chat_id, head_id, head_depth, chat_size, stop, after)
     with gc_paused():
         return [
@@ -245,6 +246,7 @@ def load_rows(
         if info is None or info[0] != chat_id:
             raise InvalidGraphError(f"message {head_id!r} is not a message of chat {chat_id!r}")
         _, head_depth, chat_size = info
+    _owner_key(conn, dialect, chat_id)
     if compacted and stop_at is None:
         found = _compacted(conn, dialect, chat_id, head_id, head_depth, chat_size)
         if found is not None:
@@ -253,6 +255,15 @@ def load_rows(
         conn, dialect, "rows", chat_id, head_id, head_depth, chat_size, stop_depth, stop_at
     )
     return _chain_rows(dialect, chat_id, picked)
+
+
+def _owner_key(conn: Connection, dialect: Dialect, chat_id: str) -> None:
+    """In an encrypted store, ask for the chat owner's key before a long read (`KeyNeeded`
+    runs the unit again: better before the rows are read than after)."""
+    if dialect.sealer.encrypted:
+        owner = conn.execute(select(C.c.user_id).where(C.c.id == chat_id)).scalar()
+        if owner is not None:
+            dialect.sealer.require((str(owner),))
 
 
 def _chain_rows(dialect: Dialect, chat_id: str, picked: list[Any], **summary: Any) -> ChainRows:

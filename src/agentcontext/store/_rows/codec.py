@@ -49,7 +49,8 @@ __all__ = [
 class Dialect(Protocol):
     """What the conversion needs of the store's dialect (`_dialects.Dialect`)."""
 
-    sealer: Sealer
+    @property
+    def sealer(self) -> Sealer: ...
 
     def decode_json(self, value: Any) -> Any: ...
     def decode_time(self, value: Any) -> Any: ...
@@ -122,16 +123,7 @@ def data_of(dialect: Dialect, raw: Any, chat_id: str, message_id: str) -> Any:
 def json_of(dialect: Dialect, chat_id: str, ids: list[str], raws: list[Any]) -> list[Any]:
     """The JSON texts of messages of ``chat_id`` (their data columns as the driver returns
     `Dialect.raw_json`, in a chain load), for the engine's decoder; one call per chain."""
-    sealer = dialect.sealer
-    if not sealer.encrypted:
-        for message_id, raw in zip(ids, raws, strict=True):
-            if raw and raw[:1] == b'"':  # a JSON string: only a sealed value is one
-                sealer.open_json(raw, "messages", chat_id, message_id)
-        return raws
-    return [
-        sealer.open_json(raw, "messages", chat_id, message_id)
-        for message_id, raw in zip(ids, raws, strict=True)
-    ]
+    return dialect.sealer.open_chain(ids, raws, "messages", chat_id)
 
 
 def chat_values(

@@ -5,7 +5,7 @@ no key provider, a `KeyedSealer` when it has one. The codec (`_rows.codec`) hand
 it writes or reads of message contents, chat titles and chat metadata, so encryption has one
 place where rows are prepared and cannot be skipped by one writer.
 
-A sealed value is the text ``acenc1.<key id>.<key fingerprint>.<nonce and ciphertext>``
+A sealed value is the text ``acenc1.<key id>.<key fingerprint>.<nonce and ciphertext, hex>``
 (a JSON string in a JSON column): AES-256-GCM under the data key of the chat's owner, the key
 named by its user id (base64url) and the key's fingerprint, its associated data the table, the
 chat and the row id — a value copied to another row, or altered, does not open
@@ -47,6 +47,7 @@ __all__ = [
 PREFIX = "acenc1."
 _JSON_PREFIX = '"' + PREFIX
 _JSON_PREFIX_BYTES = _JSON_PREFIX.encode()
+_PREFIX_BYTES = PREFIX.encode()
 _NONCE = 12
 _RECHECK_SECONDS = 1.0
 """A key found missing (or another than a value names) is asked for again after this long:
@@ -87,6 +88,12 @@ class PlainSealer:
         return value
 
     open_text = open_value
+
+    def open_chain(self, ids: list[str], raws: list[Any], table: str, chat_id: str) -> list[Any]:
+        for row_id, raw in zip(ids, raws, strict=True):
+            if raw and raw[:1] == b'"':  # a JSON string: only a sealed value is one
+                self.open_json(raw, table, chat_id, row_id)
+        return raws
 
     def search_key(self, user_id: str) -> bytes | None:
         return None
@@ -150,9 +157,12 @@ class KeyedSealer:
     encrypted = True
 
     def __init__(self, provider: Any, cache_keys: int = 10_000) -> None:
+        from cryptography.exceptions import InvalidTag
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
         self._aesgcm = AESGCM
+        self._invalid_tag = InvalidTag
+        self._headers: dict[bytes, tuple[str, str]] = {}
         self.provider = provider
         self._cache_keys = cache_keys
         self._keys: OrderedDict[str, _Entry] = OrderedDict()
@@ -275,7 +285,9 @@ class KeyedSealer:
         key = self._writing_key(user_id)
         nonce = _nonce()
         sealed = key.aead.encrypt(nonce, text.encode(), _aad(table, chat_id, row_id))
-        return f"{PREFIX}{_b64(user_id.encode())}.{key.fingerprint}.{_b64(nonce + sealed)}"
+        # Hex, not base64: twice the size of the ciphertext, but it decodes four times as fast
+        # (a chain of 10 000 messages is read at about the speed of a plain one).
+        return f"{PREFIX}{_b64(user_id.encode())}.{key.fingerprint}.{(nonce + sealed).hex()}"
 
     def seal_json(self, text: str, user_id: str, table: str, chat_id: str, row_id: str) -> str:
         """The JSON text of a value, sealed for its row, as a JSON string."""
@@ -283,40 +295,71 @@ class KeyedSealer:
 
     def open_json(self, raw: Any, table: str, chat_id: str, row_id: str) -> Any:
         """A JSON column's raw text (bytes) opened: the JSON text of the value."""
-        if is_sealed_json(raw):
-            text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw
-            return self._open(text.strip()[1:-1], table, chat_id, row_id)
-        return self._refuse_plain(raw, table, chat_id, row_id)
+        if isinstance(raw, bytes):
+            if raw[:8] == _JSON_PREFIX_BYTES:
+                return self._open(raw[1:-1], table, chat_id, row_id)
+        elif isinstance(raw, str) and raw[:8] == _JSON_PREFIX:
+            return self._open(raw.strip()[1:-1].encode("ascii", "replace"), table, chat_id, row_id)
+        return raw  # a plain value: written before `migrate encrypt` reached it
 
     def open_value(self, value: Any, table: str, chat_id: str, row_id: str) -> Any:
         """A decoded JSON column's value opened (the sealed text is a JSON string)."""
         if isinstance(value, str) and value.startswith(PREFIX):
             from agentcontext._validate import loads
 
-            return loads(self._open(value, table, chat_id, row_id))
-        return self._refuse_plain(value, table, chat_id, row_id)
+            return loads(self._open(value.encode("ascii", "replace"), table, chat_id, row_id))
+        return value
 
     def open_text(self, value: Any, table: str, chat_id: str, row_id: str) -> Any:
         """A text column's value opened."""
         if isinstance(value, str) and value.startswith(PREFIX):
-            return self._open(value, table, chat_id, row_id).decode()
-        return self._refuse_plain(value, table, chat_id, row_id)
-
-    def _refuse_plain(self, value: Any, table: str, chat_id: str, row_id: str) -> Any:
-        # A plain value in an encrypted store: written before `migrate encrypt` finished, or
-        # by a store without the provider. Read as it is (the docs say how to encrypt it).
+            opened = self._open(value.encode("ascii", "replace"), table, chat_id, row_id)
+            return opened.decode()
         return value
 
-    def _open(self, sealed: str, table: str, chat_id: str, row_id: str) -> bytes:
-        parts = sealed[len(PREFIX) :].split(".")
-        try:
-            if len(parts) != 3:
-                raise ValueError
-            user_id = _unb64(parts[0]).decode()
-            fingerprint, blob = parts[1], _unb64(parts[2])
-        except (ValueError, UnicodeDecodeError, binascii.Error):
-            raise _corrupt(table, chat_id, row_id, "its sealed value is malformed") from None
-        entry = self._entry(user_id)
+    def open_chain(self, ids: list[str], raws: list[Any], table: str, chat_id: str) -> list[Any]:
+        """`open_json` of the rows of one chat at once (a chain load): the header of the
+        chat's values is checked once, then each value is decoded and decrypted."""
+        out: list[Any] = []
+        append = out.append
+        prefix = _JSON_PREFIX_BYTES
+        a2b = binascii.a2b_hex
+        aad = f"agentcontext\x00{table}\x00{chat_id}\x00".encode()
+        header = b""
+        decrypt: Any = None
+        for row_id, raw in zip(ids, raws, strict=True):
+            if not isinstance(raw, bytes) or raw[:8] != prefix:
+                append(self.open_json(raw, table, chat_id, row_id))
+                continue
+            cut = raw.rfind(b".")
+            if decrypt is None or raw[1:cut] != header:
+                header = raw[1:cut]
+                append(self._open(raw[1:-1], table, chat_id, row_id))  # checks the key
+                decrypt = self._decrypt_for(header)
+                continue
+            try:
+                blob = a2b(memoryview(raw)[cut + 1 : -1])
+                append(decrypt(blob[:_NONCE], blob[_NONCE:], aad + row_id.encode()))
+            except (self._invalid_tag, ValueError, binascii.Error):
+                append(self._open(raw[1:-1], table, chat_id, row_id))  # raises, naming the row
+        return out
+
+    def _decrypt_for(self, header: bytes) -> Any:
+        """The decrypt method of the key a header names (checked by a successful `_open`)."""
+        user_id, _ = self._headers[header]
+        entry = self._keys[user_id]
+        assert entry.key is not None
+        return entry.key.aead.decrypt
+
+    def _open(self, sealed: bytes, table: str, chat_id: str, row_id: str) -> bytes:
+        """The plaintext of a sealed value (``acenc1.<key id>.<fingerprint>.<payload>``)."""
+        cut = sealed.rfind(b".")
+        header = sealed[:cut]
+        named = self._headers.get(header)
+        if named is None:
+            named = self._header(header, table, chat_id, row_id)
+        user_id, fingerprint = named
+        entry = self._keys.get(user_id)
         if entry is None:
             raise KeyNeeded((user_id,), create=False)
         key = entry.key
@@ -325,25 +368,39 @@ class KeyedSealer:
                 raise KeyNeeded((user_id,), create=False)
             state = "was destroyed (the user was erased)" if key is None else "was replaced"
             raise EncryptionError(
-                f"row {row_id!r} of chat {chat_id!r} (table {table}) is sealed under a data "
-                f"key of user {user_id!r} (fingerprint {fingerprint}) that the key provider "
-                f"does not hold: it {state}, or the provider is not the one the data was "
-                "written with. The text cannot be read",
+                f"row {row_id!r} of chat {chat_id!r} (table {table.split('.')[0]}) is sealed "
+                f"under a data key of user {user_id!r} (fingerprint {fingerprint}) that the key "
+                f"provider does not hold: it {state}, or the provider is not the one the data "
+                "was written with. The text cannot be read",
                 key_id=user_id,
             )
-        from cryptography.exceptions import InvalidTag
-
         try:
-            return bytes(
-                key.aead.decrypt(blob[:_NONCE], blob[_NONCE:], _aad(table, chat_id, row_id))
+            blob = binascii.a2b_hex(sealed[cut + 1 :])
+            opened: bytes = key.aead.decrypt(
+                blob[:_NONCE], blob[_NONCE:], _aad(table, chat_id, row_id)
             )
-        except (InvalidTag, ValueError):
+        except (self._invalid_tag, ValueError, binascii.Error):
             raise _corrupt(
                 table,
                 chat_id,
                 row_id,
                 "its sealed value does not open for this row (altered, or copied from another row)",
             ) from None
+        return opened
+
+    def _header(self, header: bytes, table: str, chat_id: str, row_id: str) -> tuple[str, str]:
+        """The user and key fingerprint a sealed value's header names (remembered)."""
+        parts = header.split(b".")
+        try:
+            if len(parts) != 3 or parts[0] + b"." != _PREFIX_BYTES:
+                raise ValueError
+            named = (_unb64(parts[1].decode("ascii")).decode(), parts[2].decode("ascii"))
+        except (ValueError, UnicodeDecodeError, binascii.Error):
+            raise _corrupt(table, chat_id, row_id, "its sealed value is malformed") from None
+        if len(self._headers) >= 4096:
+            self._headers.clear()
+        self._headers[header] = named
+        return named
 
 
 Sealer = PlainSealer | KeyedSealer
