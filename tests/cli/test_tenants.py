@@ -333,7 +333,7 @@ STORE_COMMANDS: dict[str, list[str]] = {
     "migrate": ["migrate", "upgrade"],
 }
 """Every command, with the arguments that make it open its store."""
-MIGRATE_ACTIONS = ["upgrade", "downgrade", "current", "check"]
+MIGRATE_ACTIONS = ["upgrade", "downgrade", "current", "check", "encrypt"]
 
 
 def test_every_command_takes_a_schema() -> None:
@@ -361,6 +361,8 @@ def test_a_schema_on_sqlite_is_a_usage_error_that_creates_nothing(
     _an_export(tmp_path)
     if args == ["migrate", "downgrade"]:
         args = [*args, "base"]
+    if args == ["migrate", "encrypt"]:
+        args = [*args, "--keyring", str(tmp_path / "keyring.db")]
     url = sqlite_url(tmp_path / "chat.db")
     # The demo never reads $AGENTCONTEXT_SCHEMA (a test below shows it).
     for way in ["option"] if args == ["demo"] else WAYS:

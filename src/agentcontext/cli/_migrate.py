@@ -219,6 +219,7 @@ async def _upgrade(args: argparse.Namespace, env: Env) -> int:
 async def _encrypt(args: argparse.Namespace, env: Env) -> int:
     from agentcontext.encryption import LocalKeyProvider
 
+    await env.make_store(migrate=False).close()  # the URL and the schema checked first
     _require_database(env)
     provider = LocalKeyProvider.from_env(args.key_env, keyring=args.keyring)
     async with provider:
