@@ -417,3 +417,28 @@ async def test_what_cannot_be_sealed_yet_is_refused_not_stored_plain(
         with pytest.raises(InvalidInputError, match="encrypted"):
             await store.list_chats(metadata={"k": "v"})
     assert PLANT.encode() not in (tmp_path / "data.db").read_bytes()
+
+
+async def test_a_chat_created_again_for_another_user_is_searched_under_its_new_owner(
+    store_url: str, provider: LocalKeyProvider
+) -> None:
+    async with (
+        SqlContextStore(store_url, encryption=provider) as first,
+        SqlContextStore(store_url, encryption=provider) as second,
+    ):
+        await first.create_chat("shared", user_id="alice")
+        engine = ContextEngine(store=first, chat_id="shared", user_id="alice")
+        engine.set(user("an apple a day", id="alice-1"))
+        await engine.save()
+        assert [h.message.id for h in await first.search_messages("shared", "apple")] == ["alice-1"]
+        # Deleted and created again for bob through another store: the first one's idea of
+        # the owner is stale, and its search must still find bob's text, not nothing.
+        assert await second.delete_chat("shared")
+        await second.create_chat("shared", user_id="bob")
+        other = ContextEngine(store=second, chat_id="shared", user_id="bob")
+        other.set(user("apple pie", id="bob-1"))
+        await other.save()
+        for store in (first, second):
+            hits = await store.search_messages("shared", "apple")
+            assert [h.message.id for h in hits] == ["bob-1"]
+        assert await first.search_user_messages("alice", "apple") == []

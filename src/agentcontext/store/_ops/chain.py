@@ -263,6 +263,7 @@ def _owner_key(conn: Connection, dialect: Dialect, chat_id: str) -> None:
     if dialect.sealer.encrypted:
         owner = conn.execute(select(C.c.user_id).where(C.c.id == chat_id)).scalar()
         if owner is not None:
+            dialect.sealer.note_owner(chat_id, str(owner))
             dialect.sealer.require((str(owner),))
 
 

@@ -54,18 +54,52 @@ def search(
     limit: int,
 ) -> list[SearchResult]:
     """The best ``limit`` matches among the newest `window` ones (read)."""
+    dialect.prepare_search(conn)
+    sealer = dialect.sealer
+    if not sealer.encrypted:
+        return _search(conn, dialect, scope, scope_id, query, roles, limit, None)
+    # Terms are hashed under the search key of the user whose text it is: the chat's owner,
+    # as the sealer last saw it (checked against the chat row when nothing is found).
+    hinted = sealer.owner_hint(scope_id) if scope == "chat" else scope_id
+    owner = hinted if hinted is not None else _chats.owner_of(conn, scope_id)
+    found = _keyed(conn, dialect, scope, scope_id, query, roles, limit, owner)
+    if not found and scope == "chat" and hinted is not None:
+        actual = _chats.owner_of(conn, scope_id)
+        if actual != hinted:
+            found = _keyed(conn, dialect, scope, scope_id, query, roles, limit, actual)
+    return found
+
+
+def _keyed(
+    conn: Connection,
+    dialect: Dialect,
+    scope: Literal["chat", "user"],
+    scope_id: str,
+    query: Sequence[str],
+    roles: Sequence[str] | None,
+    limit: int,
+    owner: str | None,
+) -> list[SearchResult]:
+    search_key = None if owner is None else dialect.sealer.search_key(owner)
+    if search_key is None:
+        return []  # an unknown chat, or a user with no key: nothing of theirs is stored
+    return _search(conn, dialect, scope, scope_id, query, roles, limit, search_key)
+
+
+def _search(
+    conn: Connection,
+    dialect: Dialect,
+    scope: Literal["chat", "user"],
+    scope_id: str,
+    query: Sequence[str],
+    roles: Sequence[str] | None,
+    limit: int,
+    search_key: bytes | None,
+) -> list[SearchResult]:
     key = (dialect.name, scope, bool(roles))
     statement = _STATEMENTS.get(key)
     if statement is None:
         statement = _STATEMENTS[key] = dialect.search_candidates(scope, bool(roles))
-    dialect.prepare_search(conn)
-    search_key = None
-    if dialect.sealer.encrypted:
-        # Terms are hashed under the search key of the user whose text it is.
-        owner = scope_id if scope == "user" else _chats.owner_of(conn, scope_id)
-        search_key = None if owner is None else dialect.sealer.search_key(owner)
-        if search_key is None:
-            return []  # an unknown chat, or a user with no key: nothing of theirs is stored
     wanted = set(query)
     size = window(limit)
     params: dict[str, Any] = {

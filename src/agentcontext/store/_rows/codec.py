@@ -80,6 +80,8 @@ def message_rows(
     user-wide search, and the key its rows are sealed under)."""
     sealer = dialect.sealer
     rows = []
+    for chat_id, owner in owners.items():
+        sealer.note_owner(chat_id, owner)
     for r in records:
         owner = owners.get(r.chat_id, "")
         data = None
@@ -147,6 +149,7 @@ def chat_values(
 def open_chat_row(dialect: Dialect, row: Any) -> Any:
     """A chats row (id, user_id, title, metadata, ...) with its title and metadata opened."""
     sealer = dialect.sealer
+    sealer.note_owner(row[0], row[1])
     title, metadata = row[2], row[3]
     opened_title = sealer.open_text(title, "chats.title", row[0], row[0])
     opened_metadata = sealer.open_value(metadata, "chats.metadata", row[0], row[0])

@@ -113,6 +113,12 @@ class PlainSealer:
     def refuse_unsealed(self, what: str) -> None:
         return None
 
+    def note_owner(self, chat_id: str, user_id: str) -> None:
+        return None
+
+    def owner_hint(self, chat_id: str) -> str | None:
+        return None
+
     def forget(self, user_id: str) -> None:
         return None
 
@@ -163,6 +169,7 @@ class KeyedSealer:
         self._aesgcm = AESGCM
         self._invalid_tag = InvalidTag
         self._headers: dict[bytes, tuple[str, str]] = {}
+        self._owners: dict[str, str] = {}
         self.provider = provider
         self._cache_keys = cache_keys
         self._keys: OrderedDict[str, _Entry] = OrderedDict()
@@ -267,6 +274,17 @@ class KeyedSealer:
             "under one user's key. Nothing was written. Keep them in a store without encryption "
             "or leave them out"
         )
+
+    def note_owner(self, chat_id: str, user_id: str) -> None:
+        """``user_id`` owns ``chat_id``, as a row just read or written says (a search's hint)."""
+        if self._owners.get(chat_id) != user_id:
+            if len(self._owners) >= 100_000:
+                self._owners.clear()
+            self._owners[chat_id] = user_id
+
+    def owner_hint(self, chat_id: str) -> str | None:
+        """The owner of ``chat_id`` as last seen (the caller checks it when it matters)."""
+        return self._owners.get(chat_id)
 
     def forget(self, user_id: str) -> None:
         """Drop the key of ``user_id`` (it was destroyed)."""
