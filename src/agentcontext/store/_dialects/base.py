@@ -459,6 +459,9 @@ class Dialect(abc.ABC):
         back the space their entries held in a search index kept apart from their rows, with
         work bounded by ``deleted`` (never a merge of the whole index)."""
 
+    retention_seconds: ClassVar[float] = 0.04
+    """The work one batch of a retention run aims at (see `_ops.retention`)."""
+
     def retention_pause(self, took: float) -> float:
         """Seconds a retention run waits between two batches, after one that took ``took``
         seconds: none where writers of other chats do not wait for a batch anyway."""

@@ -3,7 +3,8 @@ nothing reaches any more. Arguments are checked by the caller.
 
 Retention works in short transactions, so that writers never wait for a whole run: `prune`
 and `erase_user` delete whole chats a batch at a time, each batch its own transaction (a
-batch holds as many chats as about `BATCH_SECONDS` of work deletes, measured as it goes; a chat
+batch holds as many chats as about `Dialect.retention_seconds` of work deletes, measured as it
+goes (`BATCH_SECONDS` by default); a chat
 larger than that is a batch of its own), and `purge` deletes a chat's unreachable messages a
 batch at a time after one transaction that makes its kept parts whole. A run cut short
 (cancelled, or a connection lost) has deleted whole chats or none of one, and running it again
@@ -69,7 +70,7 @@ Progress = Callable[[int, int], object]
 
 BATCH_SECONDS = 0.04
 """The work one batch of a retention run aims at: the longest a writer waits for it."""
-_FIRST_BUDGET = 150
+_FIRST_BUDGET = 75
 """Messages the first batch deletes at most (later ones follow the time they take)."""
 
 TABLES = (
@@ -239,19 +240,19 @@ async def delete_matching(
         start = end
         if progress is not None:
             progress(start, total)
-        budget = _next_budget(budget, size, took)
+        budget = _next_budget(budget, size, took, dialect.retention_seconds)
         if start < total:
             await asyncio.sleep(dialect.retention_pause(took))
     chats.sort(key=lambda chat: (chat.updated_at, chat.id), reverse=True)
     return chats, counts
 
 
-def _next_budget(budget: int, size: int, took: float) -> int:
-    """The messages the next batch may delete: as many as `BATCH_SECONDS` took at the rate
+def _next_budget(budget: int, size: int, took: float, seconds: float = BATCH_SECONDS) -> int:
+    """The messages the next batch may delete: as many as ``seconds`` took at the rate
     this batch ran at, at most twice as many as before (or half as many)."""
     if size <= 0 or took <= 0:
         return min(budget * 2, 100_000)
-    aimed = int(size * BATCH_SECONDS / took)
+    aimed = int(size * seconds / took)
     return max(50, min(aimed, budget * 2, 100_000))
 
 
@@ -413,7 +414,7 @@ async def purge(
                 deleted += len(batch)
                 if progress is not None:
                     progress(start, len(gone))
-                budget = _next_budget(budget, len(batch), took)
+                budget = _next_budget(budget, len(batch), took, dialect.retention_seconds)
                 if start < len(gone):
                     await asyncio.sleep(dialect.retention_pause(took))
         except _Reached:
