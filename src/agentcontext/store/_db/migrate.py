@@ -19,7 +19,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
 from agentcontext import _validate as v
-from agentcontext.errors import InvalidInputError, InvalidTypeError, SchemaOutdatedError
+from agentcontext.errors import (
+    ContextError,
+    InvalidInputError,
+    InvalidTypeError,
+    SchemaOutdatedError,
+    StoreError,
+)
 from agentcontext.store._db.schema import VERSION_TABLE, Base
 from agentcontext.store._dialects import BEGIN_OPTION, dialect_for
 
@@ -40,8 +46,10 @@ def script_location() -> Path:
     for candidate in (here.parents[2] / "migrations", here.parents[4] / "migrations"):
         if (candidate / "env.py").is_file():
             return candidate
-    raise RuntimeError(  # pragma: no cover - a broken installation
-        "agentcontext's migrations are missing from this installation; reinstall the package"
+    raise StoreError(  # pragma: no cover - a broken installation
+        f"agentcontext's migrations are missing from this installation (looked for "
+        f"{here.parents[2] / 'migrations'}); reinstall the package: pip install "
+        "--force-reinstall agentcontext"
     )
 
 
@@ -226,6 +234,8 @@ async def prepare_schema(db: Database, mode: MigrateMode) -> None:
         async with db.engine.connect() as conn:
             await conn.execution_options(**{BEGIN_OPTION: "none"})
             current = await conn.run_sync(_read_revision, schema)
+    except ContextError:
+        raise
     except Exception as exc:
         raise await db.failed(exc) from exc
     if current == HEAD_REVISION:
@@ -236,6 +246,8 @@ async def prepare_schema(db: Database, mode: MigrateMode) -> None:
         await run_in_write_transaction(
             db.engine, functools.partial(upgrade_in_transaction, schema=schema)
         )
+    except ContextError:
+        raise
     except Exception as exc:
         if "Can't locate revision" in str(exc) or "No such revision" in str(exc):
             raise SchemaOutdatedError(
