@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE.parents[1] / "src"))
 sys.path.insert(0, str(HERE.parent))
 
 import asyncmy  # noqa: E402
-from bench_search import RARE, fill_search_chat, median_ms  # noqa: E402
+from bench_search import RARE, fill_search_chat, median_ms, time_searches  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
@@ -74,14 +74,7 @@ async def run(url: str, messages: int, runs: int) -> dict:
                 hits = len(range(0, messages, 1000))
             out["build_s"] = time.perf_counter() - started
             await analyze(store)
-            found = await store.search_messages("big", RARE, limit=hits)
-            assert len(found) == hits, (len(found), hits)
-            assert all("<mark>" in result.snippet for result in found)
-            out["hits"] = hits
-            out["search_ms"] = await median_ms(
-                lambda: store.search_messages("big", RARE, limit=hits), runs
-            )
-            out["top20_ms"] = await median_ms(lambda: store.search_messages("big", RARE), runs)
+            await time_searches(store, hits, runs, out)
 
             raw = await asyncmy.connect(**conn_args, db=database, autocommit=True)
 

@@ -58,32 +58,22 @@ def search(
     sealer = dialect.sealer
     if not sealer.encrypted:
         return _search(conn, dialect, scope, scope_id, query, roles, limit, None)
+
     # Terms are hashed under the search key of the user whose text it is: the chat's owner,
     # as the sealer last saw it (checked against the chat row when nothing is found).
+    def keyed(owner: str | None) -> list[SearchResult]:
+        search_key = None if owner is None else sealer.search_key(owner)
+        if search_key is None:
+            return []  # an unknown chat, or a user with no key: nothing of theirs is stored
+        return _search(conn, dialect, scope, scope_id, query, roles, limit, search_key)
+
     hinted = sealer.owner_hint(scope_id) if scope == "chat" else scope_id
-    owner = hinted if hinted is not None else _chats.owner_of(conn, scope_id)
-    found = _keyed(conn, dialect, scope, scope_id, query, roles, limit, owner)
+    found = keyed(hinted if hinted is not None else _chats.owner_of(conn, scope_id))
     if not found and scope == "chat" and hinted is not None:
         actual = _chats.owner_of(conn, scope_id)
         if actual != hinted:
-            found = _keyed(conn, dialect, scope, scope_id, query, roles, limit, actual)
+            found = keyed(actual)
     return found
-
-
-def _keyed(
-    conn: Connection,
-    dialect: Dialect,
-    scope: Literal["chat", "user"],
-    scope_id: str,
-    query: Sequence[str],
-    roles: Sequence[str] | None,
-    limit: int,
-    owner: str | None,
-) -> list[SearchResult]:
-    search_key = None if owner is None else dialect.sealer.search_key(owner)
-    if search_key is None:
-        return []  # an unknown chat, or a user with no key: nothing of theirs is stored
-    return _search(conn, dialect, scope, scope_id, query, roles, limit, search_key)
 
 
 def _search(
