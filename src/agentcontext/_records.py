@@ -42,7 +42,7 @@ async def replay(store: RecordKeeper, chat_id: str, record_id: str) -> ResolveRe
         raise NotFoundError(f"chat {chat_id!r} has no resolve record {record_id!r}")
     blobs = {}
     for digest in {found.prompt_blob, *found.message_blobs}:
-        content = await store.read_blob(digest)
+        content = await store.read_blob(digest, chat_id=chat_id)
         if content is None:
             raise NotFoundError(
                 f"blob {digest} of resolve record {record_id!r} is missing from the store"

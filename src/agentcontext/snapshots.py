@@ -363,7 +363,9 @@ def snapshot_fragment(
         return ContextFragment(name=name, data=build(held))
 
     async def load(context: Any) -> dict[str, Any]:
-        store = getattr(getattr(context, "engine", None), "store", None)
+        engine = getattr(context, "engine", None)
+        store = getattr(engine, "store", None)
+        chat_id = snapshot.chat_id or getattr(engine, "chat_id", None)
         if store is None:
             raise SnapshotError(
                 "this snapshot's contents are not in memory; resolve it through a "
@@ -371,7 +373,7 @@ def snapshot_fragment(
             )
         loaded = dict(held)
         for digest in sorted(missing):
-            data = await store.read_blob(digest)
+            data = await store.read_blob(digest, chat_id=chat_id)
             if data is None:
                 raise SnapshotError(f"blob {digest} of the snapshot is missing from the store")
             loaded[digest] = data

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from agentcontext import EncryptionError, LocalKeyProvider, SqlContextStore
+from agentcontext import ContextEngine, EncryptionError, LocalKeyProvider, SqlContextStore
+from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store import MessageRecord
 from tests.cli.helpers import clean_env, run_cli, sqlite_url
 from tests.conftest import fresh_database, require_backend
@@ -53,6 +54,12 @@ async def _fill(url: str) -> dict[str, list[str]]:
             assert branch is not None
             assert (await store.append_messages(branch.id, records, expected_head=None)).ok
             texts[chat] = [r.data["parts"][0]["text"] for r in records]
+            if n % 10 == 0:  # a context snapshot and a resolve record, sealed with the chat
+                engine = ContextEngine(store=store, chat_id=chat, user_id=f"user-{n % 3}")
+                draft = ContextSnapshot(summary=f"saw {PLANT}")
+                draft.add_file(f"{chat}.txt", f"file of {chat} {PLANT}")
+                await engine.snapshot(draft)
+                await engine.resolve(record=True)
     return texts
 
 
@@ -108,7 +115,7 @@ def test_migrate_encrypt_survives_a_kill_and_finishes(plain_url: str, tmp_path: 
         "--key-env", "TEST_MASTER_KEY", cwd=tmp_path,
         env={"TEST_MASTER_KEY": base64.b64encode(master).decode()},
     )  # fmt: skip
-    assert third.returncode == 0 and "0 chat(s) and 0 message(s)" in third.stdout
+    assert third.returncode == 0 and "0 chat(s), 0 message(s)" in third.stdout
 
     asyncio.run(_check_sealed(plain_url, master, keyring, texts, plain_hits))
     if plain_url.startswith("sqlite"):
@@ -132,6 +139,17 @@ async def _check_sealed(
             user_hits = await store.search_user_messages("user-0", PLANT, limit=500)
             assert len(user_hits) == 4 * CHATS // 3
             assert {c.title for c in await store.list_chats()} == {f"title {PLANT}"}
+            for n in range(0, CHATS, 10):
+                chat = f"chat-{n:04d}"
+                (listed,) = await store.list_snapshots(chat)
+                assert listed.id is not None and listed.summary == f"saw {PLANT}"
+                snapshot = await store.get_snapshot(listed.id, with_content=True)
+                assert snapshot is not None
+                assert list(snapshot.contents.values())[0][0] == f"file of {chat} {PLANT}".encode()
+                engine = ContextEngine(store=store, chat_id=chat, user_id=f"user-{n % 3}")
+                (record,) = await store.list_resolve_records(chat)
+                replayed = await engine.replay(record.id)
+                assert [m.id for m in replayed.messages][-1] == f"{chat}-19"
         assert await _hits(url, provider) == plain_hits and plain_hits
     async with SqlContextStore(url) as plain:
         with pytest.raises(EncryptionError, match="encrypted"):

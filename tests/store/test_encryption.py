@@ -82,7 +82,8 @@ async def test_a_planted_string_is_nowhere_in_the_raw_database_and_search_finds_
 ) -> None:
     async with SqlContextStore(store_url, encryption=provider) as store:
         # Every writer of users' text: chats (create, upsert, update), a save, a streaming
-        # turn, an in-place update, a compaction, an import and a copy.
+        # turn, an in-place update, a compaction, a context snapshot, a resolve record, a blob,
+        # an import and a copy.
         await store.create_chat("c1", user_id="u1", title=f"t {PLANT}", metadata={"k": PLANT})
         await store.upsert_chat("c2", user_id="u1", title=f"t2 {PLANT}", metadata={"k": PLANT})
         await store.update_chat("c2", lambda chat: ChatUpdate(title=f"t3 {PLANT}"))
@@ -98,6 +99,13 @@ async def test_a_planted_string_is_nowhere_in_the_raw_database_and_search_finds_
         await engine.save(branch=False)
         await engine.compact(summarize, keep_last_turns=1)
         await engine.update_chat(title=f"renamed {PLANT}")
+        draft = ContextSnapshot(summary=f"saw {PLANT}")
+        draft.add_file(f"src/{PLANT}.py", f"def f(): return '{PLANT}'\n".encode())
+        draft.add_snippet(f"note {PLANT}", f"a note on {PLANT}")
+        stored = await engine.snapshot(draft)
+        recorded = await engine.resolve(record=True)
+        assert recorded.record_id is not None
+        blob = await store.put_blob(f"loose {PLANT}".encode(), chat_id="c1")
         export = await store.export_chat("c1")
         await store.delete_chat("c1")
         await store.import_chat(export)
@@ -112,11 +120,27 @@ async def test_a_planted_string_is_nowhere_in_the_raw_database_and_search_finds_
         fresh = ContextEngine(store=store, chat_id="c3", user_id="u1")
         texts = [m.model_dump_json() for m in (await fresh.resolve()).messages]
         assert any(f"edited {PLANT}" in t for t in texts)
+        # What was sealed reads back as it was written (the snapshot came through the import).
+        assert stored.id is not None
+        again = await store.get_snapshot(stored.id, with_content=True)
+        assert again is not None and again.summary == f"saw {PLANT}"
+        assert [item.path for item in again.items] == [item.path for item in draft.items]
+        assert [item.blob for item in again.items] == [item.blob for item in draft.items]
+        assert again.contents == draft.contents
+        listed = await store.list_snapshots("c1")
+        assert [item.preview for item in listed[0].items] == [i.preview for i in draft.items]
+        assert await store.read_blob(blob, chat_id="c1") == f"loose {PLANT}".encode()
+        with pytest.raises(InvalidInputError, match="chat_id"):
+            await store.read_blob(blob)
+        with pytest.raises(InvalidInputError, match="chat_id"):
+            await store.put_blob(b"no chat")
     await provider.aclose()
     raw = raw_bytes(backend, store_url, tmp_path)
     assert PLANT.encode() not in raw
     assert PLANT.encode().hex().encode() not in raw.lower()  # not as hex either
     assert b"acenc1." in raw  # what is there instead
+    for item in draft.items:  # blobs are kept at addresses that are not their SHA-256
+        assert item.blob is not None and item.blob.encode() not in raw
 
 
 @pytest.fixture
@@ -402,7 +426,42 @@ async def test_a_failing_provider_is_an_encryption_error_and_loses_nothing(
         assert report.keys_destroyed == 1
 
 
-async def test_what_cannot_be_sealed_yet_is_refused_not_stored_plain(
+async def test_snapshots_and_records_are_kept_per_user_and_erased_with_the_key(
+    tmp_path: Path, provider: LocalKeyProvider
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+    same = b"the same file in two users' snapshots"
+    async with SqlContextStore(url, encryption=provider) as store:
+        recorded = {}
+        for who in ("alice", "bob"):
+            engine = ContextEngine(store=store, chat_id=f"c-{who}", user_id=who)
+            engine.set(user(f"hello from {who}"))
+            await engine.save()
+            draft = ContextSnapshot(summary=f"{who} saw")
+            draft.add_file("shared.txt", same)
+            await engine.snapshot(draft)
+            result = await engine.resolve(record=True)
+            assert result.record_id is not None
+            recorded[who] = result
+            replayed = await engine.replay(result.record_id)
+            assert replayed.system_prompt == result.system_prompt
+            assert [m.id for m in replayed.messages] == [m.id for m in result.messages]
+        # One blob per user for the same content: neither can be found through the other.
+        from agentcontext.snapshots import blob_hash
+
+        assert await store.read_blob(blob_hash(same), chat_id="c-alice") == same
+        assert await store.read_blob(blob_hash(same), chat_id="c-bob") == same
+        await store.erase_user("alice")
+        engine = ContextEngine(store=store, chat_id="c-bob", user_id="bob")
+        bob = recorded["bob"].record_id
+        assert bob is not None
+        replayed = await engine.replay(bob)
+        assert [m.id for m in replayed.messages] == [m.id for m in recorded["bob"].messages]
+        await store.collect_garbage()  # alice's sealed blobs go, nothing of bob's
+        assert await store.read_blob(blob_hash(same), chat_id="c-bob") == same
+
+
+async def test_a_plain_store_does_not_read_sealed_blobs_as_content(
     tmp_path: Path, provider: LocalKeyProvider
 ) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
@@ -410,13 +469,23 @@ async def test_what_cannot_be_sealed_yet_is_refused_not_stored_plain(
         engine = ContextEngine(store=store, chat_id="c1", user_id="u1")
         engine.set(user("hello"))
         await engine.save()
-        with pytest.raises(EncryptionError, match="snapshots"):
-            await engine.snapshot(ContextSnapshot(summary=f"s {PLANT}"))
-        with pytest.raises(EncryptionError, match="resolve records"):
-            await engine.resolve(record=True)
+        draft = ContextSnapshot(summary=f"s {PLANT}")
+        draft.add_snippet("label", f"content {PLANT}")
+        stored = await engine.snapshot(draft)
+    assert stored.id is not None
+    async with SqlContextStore(url) as plain:
+        with pytest.raises(EncryptionError, match="key provider"):
+            await plain.get_snapshot(stored.id, with_content=True)
+    assert PLANT.encode() not in (tmp_path / "data.db").read_bytes()
+
+
+async def test_metadata_filters_are_refused_in_an_encrypted_store(
+    tmp_path: Path, provider: LocalKeyProvider
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+    async with SqlContextStore(url, encryption=provider) as store:
         with pytest.raises(InvalidInputError, match="encrypted"):
             await store.list_chats(metadata={"k": "v"})
-    assert PLANT.encode() not in (tmp_path / "data.db").read_bytes()
 
 
 async def test_a_chat_created_again_for_another_user_is_searched_under_its_new_owner(

@@ -228,8 +228,9 @@ async def _encrypt(args: argparse.Namespace, env: Env) -> int:
             with env.out.progress("encrypting chats") as progress:
                 report = await m.encrypt_in_place(store, progress)
     env.out.line(
-        f"encrypted {env.where}: {report.chats} chat(s) and {report.messages} message(s) "
-        "sealed now; every chat is sealed",
+        f"encrypted {env.where}: {report.chats} chat(s), {report.messages} message(s), "
+        f"{report.snapshots} snapshot(s) and {report.records} resolve record(s) sealed now; "
+        "every chat is sealed",
         style="green",
     )
     return EXIT_OK

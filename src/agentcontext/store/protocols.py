@@ -434,16 +434,21 @@ class RecordKeeper(Protocol):
         *,
         media_type: str = "application/octet-stream",
         expected_hash: str | None = None,
+        chat_id: str | None = None,
     ) -> str:
         """Store content once under its SHA-256 and return the hash.
 
         With ``expected_hash``, content whose hash differs is refused (`InvalidInputError`).
-        Storing the same content again is free.
+        Storing the same content again is free. An encrypted store keeps blobs apart per user,
+        sealed under the user's key: there ``chat_id`` (a chat of that user) is required, and
+        the blob is found by snapshots and records of that user's chats.
         """
 
     @abc.abstractmethod
-    async def read_blob(self, blob: str) -> bytes | None:
-        """The exact bytes stored under a hash, or None."""
+    async def read_blob(self, blob: str, *, chat_id: str | None = None) -> bytes | None:
+        """The exact bytes stored under a hash, or None. An encrypted store needs ``chat_id``,
+        the chat whose snapshot or resolve record holds the blob (`InvalidInputError`
+        without it)."""
 
     @abc.abstractmethod
     async def save_snapshot(

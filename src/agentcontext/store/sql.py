@@ -582,15 +582,18 @@ class SqlContextStore(ContextStore):
 
     async def put_blob(
         self, content: bytes, *, media_type: str = "application/octet-stream",
-        expected_hash: str | None = None,
+        expected_hash: str | None = None, chat_id: str | None = None,
     ) -> str:  # fmt: skip
         digest, checked = _snapshots.check_put(content, media_type, expected_hash)
-        await self.db.run("write", unit(_snapshots.put_blobs, self._dialect, checked))
+        v.check_optional_id(chat_id, "chat_id")
+        write = unit(_snapshots.store_blobs, self._dialect, checked, chat_id)
+        await self.db.run("write", write)
         return digest
 
-    async def read_blob(self, blob: str) -> bytes | None:
+    async def read_blob(self, blob: str, *, chat_id: str | None = None) -> bytes | None:
         v.check_id(blob, "blob")
-        return await self.db.run("read", unit(_snapshots.read_blob, blob))
+        v.check_optional_id(chat_id, "chat_id")
+        return await self.db.run("read", unit(_snapshots.read_blob, self._dialect, blob, chat_id))
 
     async def save_snapshot(
         self, snapshot: ContextSnapshot, *, chat_id: str, message_id: str | None
@@ -613,13 +616,14 @@ class SqlContextStore(ContextStore):
     ) -> ContextSnapshot | None:
         v.check_id(snapshot_id, "snapshot_id")
         v.check_bool(with_content, "with_content")
-        read = unit(_snapshots.snapshots, SN.c.id == snapshot_id, with_content)
+        read = unit(_snapshots.snapshots, self._dialect, SN.c.id == snapshot_id, with_content)
         found = await self.db.run("snapshot", read)
         return found[0] if found else None
 
     async def list_snapshots(self, chat_id: str) -> list[ContextSnapshot]:
         v.check_id(chat_id, "chat_id")
-        return await self.db.run("snapshot", unit(_snapshots.chat_snapshots, chat_id), chat=chat_id)
+        read = unit(_snapshots.chat_snapshots, self._dialect, chat_id)
+        return await self.db.run("snapshot", read, chat=chat_id)
 
     async def create_resolve_record(
         self, chat_id: str, *, branch_id: str | None, branch_name: str | None,
@@ -635,12 +639,14 @@ class SqlContextStore(ContextStore):
 
     async def get_resolve_record(self, record_id: str) -> ResolveRecord | None:
         v.check_id(record_id, "record_id")
-        found = await self.db.run("snapshot", unit(_snapshots.records, RR.c.id == record_id))
+        read = unit(_snapshots.records, self._dialect, RR.c.id == record_id)
+        found = await self.db.run("snapshot", read)
         return found[0] if found else None
 
     async def list_resolve_records(self, chat_id: str) -> list[ResolveRecord]:
         v.check_id(chat_id, "chat_id")
-        return await self.db.run("snapshot", unit(_snapshots.chat_records, chat_id), chat=chat_id)
+        read = unit(_snapshots.chat_records, self._dialect, chat_id)
+        return await self.db.run("snapshot", read, chat=chat_id)
 
     async def collect_garbage(self) -> int:
         return await _snapshots.collect_garbage_retrying(self.db)

@@ -585,11 +585,11 @@ class _Viewer:
         return page("records", body, crumbs=self.chat_crumbs(chat, ("recorded resolves", None)))
 
     async def _record_content(self, record: ResolveRecord) -> tuple[str, list[Message | None]]:
-        prompt_bytes = await self.store.read_blob(record.prompt_blob)
+        prompt_bytes = await self.store.read_blob(record.prompt_blob, chat_id=record.chat_id)
         prompt = "" if prompt_bytes is None else prompt_bytes.decode("utf-8", "replace")
         messages: list[Message | None] = []
         for blob in record.message_blobs:
-            data = await self.store.read_blob(blob)
+            data = await self.store.read_blob(blob, chat_id=record.chat_id)
             try:
                 messages.append(None if data is None else Message.model_validate_json(data))
             except ValidationError:

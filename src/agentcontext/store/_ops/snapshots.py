@@ -3,7 +3,7 @@ Plain functions of a connection; arguments are checked by the caller."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, Connection, delete, exists, select
@@ -13,6 +13,7 @@ from agentcontext.errors import InvalidInputError, InvalidTypeError, SnapshotErr
 from agentcontext.snapshots import ContextItem, ContextSnapshot, blob_hash
 from agentcontext.store._db.database import Database
 from agentcontext.store._db.schema import blobs as BL
+from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import record_messages as RM
 from agentcontext.store._db.schema import resolve_records as RR
 from agentcontext.store._db.schema import snapshot_items as SI
@@ -20,8 +21,10 @@ from agentcontext.store._db.schema import snapshots as SN
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._ops import branches as _branches
 from agentcontext.store._ops import chats as _chats
+from agentcontext.store._rows import codec
 from agentcontext.store._rows import decode as _rows
 from agentcontext.store._rows.checks import new_id
+from agentcontext.store._rows.sealing import is_sealed
 from agentcontext.store.records import ResolveRecord, utcnow
 
 __all__ = [
@@ -31,6 +34,7 @@ __all__ = [
     "new_record",
     "check_shown",
     "check_snapshot",
+    "chat_owners",
     "chat_records",
     "chat_snapshots",
     "collect_garbage",
@@ -40,9 +44,12 @@ __all__ = [
     "put_blobs",
     "read_blob",
     "read_blobs",
+    "record_contents",
     "records",
+    "insert_record_rows",
     "save_snapshot",
     "snapshots",
+    "store_blobs",
 ]
 
 Blobs = Mapping[str, tuple[bytes, str]]
@@ -65,31 +72,66 @@ def check_blobs(blobs: Blobs) -> dict[str, tuple[bytes, str]]:
     return checked
 
 
-def put_blobs(conn: Connection, dialect: Dialect, blobs: Blobs) -> None:
-    """Insert the blobs that are not stored yet."""
+def chat_owners(conn: Connection, dialect: Dialect, chat_ids: Iterable[str]) -> dict[str, str]:
+    """The owners of those of ``chat_ids`` that are sealed (none in a store without
+    encryption): the namespaces their blobs live in, the keys their rows are sealed under. A
+    chat is sealed when its metadata is (an encrypted store seals it when the chat is made,
+    `migrate encrypt` when it reaches the chat)."""
+    if not dialect.sealer.encrypted:
+        return {}
+    ids = sorted(set(chat_ids))
+    rows = conn.execute(select(C.c.id, C.c.user_id, C.c.metadata).where(C.c.id.in_(ids)))
+    owners = {str(row[0]): str(row[1]) for row in rows if is_sealed(row[2])}
+    dialect.sealer.require(set(owners.values()))
+    return owners
+
+
+def put_blobs(conn: Connection, dialect: Dialect, owner: str | None, blobs: Blobs) -> None:
+    """Insert the blobs that are not stored yet, for a chat of ``owner`` (see
+    `chat_owners`; None for a plain chat)."""
     if not blobs:
         return
-    dialect.sealer.refuse_unsealed("blobs (snapshot contents, resolve records)")
-    now = utcnow()
-    rows = [
-        {"hash": digest, "size": len(data), "media_type": media, "content": data, "created_at": now}
-        for digest, (data, media) in blobs.items()
-    ]
-    conn.execute(dialect.insert_blobs(BL), rows)
+    conn.execute(dialect.insert_blobs(BL), codec.blob_rows(dialect, owner, blobs, utcnow()))
 
 
-def read_blob(conn: Connection, blob: str) -> bytes | None:
-    """The exact bytes stored under a hash, or None."""
-    content = conn.scalar(select(BL.c.content).where(BL.c.hash == blob))
-    return None if content is None else bytes(content)
+def store_blobs(conn: Connection, dialect: Dialect, blobs: Blobs, chat_id: str | None) -> None:
+    """Store blobs given on their own (``put_blob``): in an encrypted store, for the owner of
+    ``chat_id``, which it must name (write transaction)."""
+    owner = None
+    if chat_id is not None:
+        _chats.require(conn, chat_id)
+        owner = chat_owners(conn, dialect, [chat_id]).get(chat_id)
+    elif dialect.sealer.encrypted:
+        raise InvalidInputError(
+            "an encrypted store keeps blobs apart per user: pass chat_id= (the chat whose "
+            "snapshots or records will hold the blob) to put_blob"
+        )
+    put_blobs(conn, dialect, owner, blobs)
 
 
-def read_blobs(conn: Connection, hashes: set[str]) -> dict[str, bytes]:
-    """The stored bytes of several hashes (missing ones left out)."""
-    if not hashes:
+def read_blob(conn: Connection, dialect: Dialect, blob: str, chat_id: str | None) -> bytes | None:
+    """The exact bytes stored under a hash, or None. An encrypted store keeps blobs per user:
+    ``chat_id`` names the chat whose owner's blob is read."""
+    owner = None
+    if dialect.sealer.encrypted:
+        if chat_id is None:
+            raise InvalidInputError(
+                "an encrypted store keeps blobs apart per user: pass chat_id= (the chat whose "
+                "snapshot or resolve record holds the blob) to read_blob"
+            )
+        _chats.require(conn, chat_id)
+        owner = chat_owners(conn, dialect, [chat_id]).get(chat_id)
+    address = codec.blob_address(dialect, owner, blob, write=False)
+    content = conn.scalar(select(BL.c.content).where(BL.c.hash == address))
+    return None if content is None else codec.open_blob(dialect, address, content)
+
+
+def read_blobs(conn: Connection, dialect: Dialect, addresses: set[str]) -> dict[str, bytes]:
+    """The contents stored at several addresses (missing ones left out), opened."""
+    if not addresses:
         return {}
-    rows = conn.execute(select(BL.c.hash, BL.c.content).where(BL.c.hash.in_(sorted(hashes))))
-    return {row[0]: bytes(row[1]) for row in rows}
+    rows = conn.execute(select(BL.c.hash, BL.c.content).where(BL.c.hash.in_(sorted(addresses))))
+    return {row[0]: codec.open_blob(dialect, row[0], row[1]) for row in rows}
 
 
 def save_snapshot(
@@ -103,64 +145,73 @@ def save_snapshot(
     created: datetime,
 ) -> None:
     """Store a checked snapshot and the contents it holds (write transaction)."""
-    dialect.sealer.refuse_unsealed("context snapshots")
     _chats.touch(conn, dialect, chat_id)
     if message_id is not None:
         _branches.check_head(conn, chat_id, message_id)
-    put_blobs(conn, dialect, held)
+    owner = chat_owners(conn, dialect, [chat_id]).get(chat_id)
+    put_blobs(conn, dialect, owner, held)
     wanted = {item.blob for item in snapshot.items if item.blob is not None}
-    missing = wanted - held.keys()
+    missing = {
+        codec.blob_address(dialect, owner, digest, write=True): digest
+        for digest in wanted - held.keys()
+    }
     if missing:
         found = set(conn.scalars(select(BL.c.hash).where(BL.c.hash.in_(sorted(missing)))))
-        if missing - found:
+        if missing.keys() - found:
             raise SnapshotError(
-                f"no content for blob(s) {sorted(missing - found)}: the snapshot does "
-                "not hold them and the store has none"
+                f"no content for blob(s) {sorted(missing[a] for a in missing.keys() - found)}: "
+                "the snapshot does not hold them and the store has none"
             )
-    insert_snapshot(conn, snapshot, snapshot_id, chat_id, message_id, created)
+    insert_snapshot(conn, dialect, owner, snapshot, snapshot_id, chat_id, message_id, created)
 
 
 def insert_snapshot(
     conn: Connection,
+    dialect: Dialect,
+    owner: str | None,
     snapshot: ContextSnapshot,
     snapshot_id: str,
     chat_id: str,
     message_id: str | None,
     created: datetime,
 ) -> None:
-    """Insert a snapshot's rows (its blobs are stored already)."""
+    """Insert a snapshot's rows (its blobs are stored already) in a chat of ``owner`` (see
+    `chat_owners`)."""
     conn.execute(
         SN.insert().values(
             id=snapshot_id,
             chat_id=chat_id,
             message_id=message_id,
             selection=snapshot.selection.value,
-            summary=snapshot.summary,
+            summary=codec.snapshot_summary(dialect, owner, chat_id, snapshot_id, snapshot.summary),
             created_at=created,
         )
     )
-    if snapshot.items:
-        conn.execute(
-            SI.insert(),
-            [
-                {
-                    "snapshot_id": snapshot_id,
-                    "position": position,
-                    "kind": item.kind.value,
-                    "path": item.path,
-                    "blob_hash": item.blob,
-                    "preview": item.preview,
-                    "media_type": item.media_type,
-                    "size": item.size,
-                    "selection": None if item.selection is None else item.selection.value,
-                }
-                for position, item in enumerate(snapshot.items)
-            ],
+    rows = []
+    for position, item in enumerate(snapshot.items):
+        assert item.blob is not None
+        path, address, preview = codec.snapshot_item(
+            dialect, owner, chat_id, snapshot_id, position, item.path, item.blob, item.preview
         )
+        rows.append(
+            {
+                "snapshot_id": snapshot_id,
+                "position": position,
+                "kind": item.kind.value,
+                "path": path,
+                "blob_hash": address,
+                "preview": preview,
+                "media_type": item.media_type,
+                "size": item.size,
+                "selection": None if item.selection is None else item.selection.value,
+            }
+        )
+    if rows:
+        conn.execute(SI.insert(), rows)
 
 
 def snapshots(
-    conn: Connection, where: ColumnElement[bool], with_content: bool
+    conn: Connection, dialect: Dialect, where: ColumnElement[bool], with_content: bool
 ) -> list[ContextSnapshot]:
     """Stored snapshots matching ``where``, newest first."""
     heads = conn.execute(
@@ -172,9 +223,12 @@ def snapshots(
     ).all()
     if not heads:
         return []
+    chat_of = {row[0]: row[1] for row in heads}
+    owners = chat_owners(conn, dialect, chat_of.values())
     items = conn.execute(
         select(
             SI.c.snapshot_id,
+            SI.c.position,
             SI.c.kind,
             SI.c.path,
             SI.c.blob_hash,
@@ -187,27 +241,35 @@ def snapshots(
         .order_by(SI.c.snapshot_id, SI.c.position)
     ).all()
     by_snapshot: dict[str, list[ContextItem]] = {}
+    addresses: dict[str, str] = {}
     for item in items:
-        by_snapshot.setdefault(item[0], []).append(
+        snapshot_id, chat_id = item[0], chat_of[item[0]]
+        path, digest, preview = codec.open_item(
+            dialect, owners.get(chat_id), chat_id, snapshot_id, item[1], item[3], item[4], item[5]
+        )
+        addresses[item[4]] = digest
+        by_snapshot.setdefault(snapshot_id, []).append(
             ContextItem(
-                kind=item[1],
-                path=item[2],
-                blob=item[3],
-                preview=item[4],
-                media_type=item[5],
-                size=int(item[6]),
-                selection=item[7],
+                kind=item[2],
+                path=path,
+                blob=digest,
+                preview=preview,
+                media_type=item[6],
+                size=int(item[7]),
+                selection=item[8],
             )
         )
     contents: dict[str, bytes] = {}
     if with_content:
-        contents = read_blobs(
-            conn, {item.blob for group in by_snapshot.values() for item in group if item.blob}
-        )
+        contents = {
+            addresses[address]: data
+            for address, data in read_blobs(conn, dialect, set(addresses)).items()
+        }
     out = []
     for row in heads:
         group = by_snapshot.get(row[0], [])
-        draft = ContextSnapshot(selection=row[3], summary=row[4], items=group)
+        summary = codec.open_summary(dialect, row[1], row[0], row[4])
+        draft = ContextSnapshot(selection=row[3], summary=summary, items=group)
         for entry in group:
             if entry.blob in contents:
                 draft._contents[entry.blob] = (contents[entry.blob], entry.media_type)
@@ -222,11 +284,26 @@ def insert_record(
     blobs: dict[str, tuple[bytes, str]],
 ) -> None:
     """Store a resolve record with its blobs (write transaction)."""
-    dialect.sealer.refuse_unsealed("resolve records")
     _chats.touch(conn, dialect, record.chat_id)
     if record.head_message_id is not None:
         _branches.check_head(conn, record.chat_id, record.head_message_id)
-    put_blobs(conn, dialect, blobs)
+    owner = chat_owners(conn, dialect, [record.chat_id]).get(record.chat_id)
+    insert_record_rows(conn, dialect, owner, record, blobs)
+
+
+def insert_record_rows(
+    conn: Connection,
+    dialect: Dialect,
+    owner: str | None,
+    record: ResolveRecord,
+    blobs: dict[str, tuple[bytes, str]],
+) -> None:
+    """Insert a resolve record's rows and blobs in a chat of ``owner`` (see `chat_owners`)."""
+    put_blobs(conn, dialect, owner, blobs)
+
+    def address(digest: str) -> str:
+        return codec.blob_address(dialect, owner, digest, write=True)
+
     conn.execute(
         RR.insert().values(
             id=record.id,
@@ -235,7 +312,7 @@ def insert_record(
             branch_name=record.branch_name,
             head_message_id=record.head_message_id,
             renderer=record.renderer,
-            prompt_hash=record.prompt_blob,
+            prompt_hash=address(record.prompt_blob),
             created_at=record.created_at,
         )
     )
@@ -243,7 +320,12 @@ def insert_record(
         conn.execute(
             RM.insert(),
             [
-                {"record_id": record.id, "position": i, "message_id": mid, "blob_hash": h}
+                {
+                    "record_id": record.id,
+                    "position": i,
+                    "message_id": mid,
+                    "blob_hash": address(h),
+                }
                 for i, (mid, h) in enumerate(
                     zip(record.message_ids, record.message_blobs, strict=True)
                 )
@@ -251,7 +333,18 @@ def insert_record(
         )
 
 
-def records(conn: Connection, where: ColumnElement[bool]) -> list[ResolveRecord]:
+def record_contents(
+    conn: Connection, dialect: Dialect, record: ResolveRecord
+) -> dict[str, tuple[bytes, str]]:
+    """The blobs of a record of a plain chat, by SHA-256 (to seal them)."""
+    wanted = sorted({record.prompt_blob, *record.message_blobs})
+    rows = conn.execute(
+        select(BL.c.hash, BL.c.content, BL.c.media_type).where(BL.c.hash.in_(wanted))
+    )
+    return {row[0]: (codec.open_blob(dialect, row[0], row[1]), str(row[2])) for row in rows}
+
+
+def records(conn: Connection, dialect: Dialect, where: ColumnElement[bool]) -> list[ResolveRecord]:
     """Resolve records matching ``where``, newest first."""
     rows = conn.execute(
         select(
@@ -274,9 +367,12 @@ def records(conn: Connection, where: ColumnElement[bool]) -> list[ResolveRecord]
         .where(RM.c.record_id.in_([row[0] for row in rows]))
         .order_by(RM.c.record_id, RM.c.position)
     ).all()
+    owners = chat_owners(conn, dialect, {row[1] for row in rows})
+    owner_of = {row[0]: owners.get(row[1]) for row in rows}
     messages: dict[str, list[tuple[str, str]]] = {}
     for part in parts:
-        messages.setdefault(part[0], []).append((part[1], part[2]))
+        digest = codec.blob_digest(dialect, owner_of[part[0]], part[2])
+        messages.setdefault(part[0], []).append((part[1], digest))
     return [
         _rows.build(
             ResolveRecord,
@@ -287,7 +383,7 @@ def records(conn: Connection, where: ColumnElement[bool]) -> list[ResolveRecord]
                 "branch_name": row[3],
                 "head_message_id": row[4],
                 "renderer": row[5],
-                "prompt_blob": row[6],
+                "prompt_blob": codec.blob_digest(dialect, owners.get(row[1]), row[6]),
                 "message_ids": [m for m, _ in messages.get(row[0], [])],
                 "message_blobs": [h for _, h in messages.get(row[0], [])],
                 "created_at": row[7],
@@ -393,17 +489,17 @@ async def collect_garbage_retrying(db: Database) -> int:
     raise StoreError("garbage collection kept racing concurrent writers; run it again")
 
 
-def chat_snapshots(conn: Connection, chat_id: str) -> list[ContextSnapshot]:
+def chat_snapshots(conn: Connection, dialect: Dialect, chat_id: str) -> list[ContextSnapshot]:
     """A chat's snapshots, newest first, without contents; `ChatNotFoundError` for an unknown
     chat (snapshot read)."""
     _chats.require(conn, chat_id)
-    return snapshots(conn, SN.c.chat_id == chat_id, False)
+    return snapshots(conn, dialect, SN.c.chat_id == chat_id, False)
 
 
-def chat_records(conn: Connection, chat_id: str) -> list[ResolveRecord]:
+def chat_records(conn: Connection, dialect: Dialect, chat_id: str) -> list[ResolveRecord]:
     """A chat's resolve records, newest first; `ChatNotFoundError` for an unknown chat."""
     _chats.require(conn, chat_id)
-    return records(conn, RR.c.chat_id == chat_id)
+    return records(conn, dialect, RR.c.chat_id == chat_id)
 
 
 def check_put(

@@ -45,7 +45,7 @@ def export_chat(conn: Connection, dialect: Dialect, chat_id: str) -> ChatExport:
     ).all()
     branches = _branches.list_infos(conn, chat_id)
     checkpoints = _checkpoints.list_all(conn, chat_id)
-    snapshots = list(reversed(_snapshots.snapshots(conn, SN.c.chat_id == chat_id, True)))
+    snapshots = list(reversed(_snapshots.snapshots(conn, dialect, SN.c.chat_id == chat_id, True)))
     blobs: dict[str, ExportedBlob] = {}
     for snapshot in snapshots:
         for digest, (data, media_type) in snapshot.contents.items():
@@ -224,15 +224,15 @@ def import_chat(
                 branch_id=checkpoint.branch_id,
             )
         )
-    if export.snapshots:
-        dialect.sealer.refuse_unsealed("context snapshots")
-    _snapshots.put_blobs(conn, dialect, held)
+    owner = _snapshots.chat_owners(conn, dialect, [chat.id]).get(chat.id)
+    _snapshots.put_blobs(conn, dialect, owner, held)
     for snapshot in export.snapshots:
         assert snapshot.id is not None
         assert snapshot.created_at is not None
         _snapshots.insert_snapshot(
-            conn, snapshot, snapshot.id, chat.id, snapshot.message_id, snapshot.created_at
-        )
+            conn, dialect, owner, snapshot, snapshot.id, chat.id, snapshot.message_id,
+            snapshot.created_at,
+        )  # fmt: skip
 
 
 def _taken(conn: Connection, table: object, ids: list[str]) -> list[str]:

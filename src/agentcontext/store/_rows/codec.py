@@ -13,7 +13,15 @@ row (`CorruptDataError`), never returned as something else.
 Both ways go through the store's sealer (``dialect.sealer``, `_rows.sealing`): in an encrypted
 store, message contents, chat titles and chat metadata are sealed here on the way down and
 opened here on the way up, and search terms are hashed under the owner's search key. The
-chats' columns take the same path (`chat_values`, `chat_of`).
+chats' columns take the same path (`chat_values`, `open_chat_row`), and so do context snapshots
+and resolve records (`blob_rows`, `snapshot_summary`, `snapshot_item`, `open_blob`,
+`open_summary`, `open_item`, `blob_digest`): in an encrypted store their blobs are kept per
+user, at an address enciphered under the user's key, their contents, summaries, item paths and
+previews sealed.
+
+Snapshots and records follow their chat: ``owner`` is the chat's user when the chat is sealed,
+None when it is plain (a database that `migrate encrypt` has not reached yet), and a plain
+chat's rows stay plain until `migrate encrypt` seals the chat with all it holds.
 """
 
 from __future__ import annotations
@@ -32,6 +40,14 @@ from agentcontext.store.records import MessageRecord
 
 __all__ = [
     "MessageRow",
+    "blob_address",
+    "blob_digest",
+    "blob_rows",
+    "open_blob",
+    "open_item",
+    "open_summary",
+    "snapshot_item",
+    "snapshot_summary",
     "chat_values",
     "checked_data",
     "data_of",
@@ -209,3 +225,103 @@ def checked_data(dialect: Dialect, raw: Any, chat_id: str, message_id: str) -> A
     if isinstance(data, Damaged):
         raise corrupt("messages", message_id, chat_id, data.reason, what="message")
     return data
+
+
+# --- blobs, snapshots and resolve records --------------------------------------------------
+
+
+def blob_address(dialect: Dialect, owner: str | None, digest: str, *, write: bool) -> str:
+    """Where the blob with SHA-256 ``digest`` of a chat owned by ``owner`` is stored: the
+    digest itself in a plain chat, the owner's address for it in a sealed one."""
+    if owner is None:
+        return digest
+    return dialect.sealer.blob_address(owner, digest, write=write)
+
+
+def blob_digest(dialect: Dialect, owner: str | None, address: str) -> str:
+    """The SHA-256 of the blob stored at ``address`` for a chat of ``owner``."""
+    if owner is None:
+        return address
+    return dialect.sealer.blob_digest(owner, address)
+
+
+def blob_rows(
+    dialect: Dialect,
+    owner: str | None,
+    blobs: Mapping[str, tuple[bytes, str]],
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """The rows of blobs (content and media type by SHA-256) to store for a chat of
+    ``owner``: at their addresses, their contents sealed."""
+    rows = []
+    for digest, (data, media_type) in blobs.items():
+        address = blob_address(dialect, owner, digest, write=True)
+        content = data if owner is None else dialect.sealer.seal_bytes(data, owner, address)
+        rows.append(
+            {
+                "hash": address,
+                "size": len(data),
+                "media_type": media_type,
+                "content": content,
+                "created_at": now,
+            }
+        )
+    return rows
+
+
+def open_blob(dialect: Dialect, address: str, raw: Any) -> bytes:
+    """A stored blob's content (the raw column value), opened."""
+    return dialect.sealer.open_bytes(bytes(raw), address)
+
+
+def snapshot_summary(
+    dialect: Dialect, owner: str | None, chat_id: str, snapshot_id: str, summary: str | None
+) -> str | None:
+    """A snapshot's summary to store."""
+    if owner is None:
+        return summary
+    return dialect.sealer.seal_text(summary, owner, "snapshots", chat_id, snapshot_id)
+
+
+def open_summary(dialect: Dialect, chat_id: str, snapshot_id: str, summary: Any) -> Any:
+    """A stored snapshot's summary, opened."""
+    return dialect.sealer.open_text(summary, "snapshots", chat_id, snapshot_id)
+
+
+def snapshot_item(
+    dialect: Dialect,
+    owner: str | None,
+    chat_id: str,
+    snapshot_id: str,
+    position: int,
+    path: str,
+    digest: str,
+    preview: str | None,
+) -> tuple[str, str, str | None]:
+    """A snapshot item's path, blob address and preview to store."""
+    if owner is None:
+        return path, digest, preview
+    sealer, row = dialect.sealer, f"{snapshot_id}.{position}"
+    sealed_path = sealer.seal_text(path, owner, "snapshot_items", chat_id, row)
+    sealed_preview = sealer.seal_text(preview, owner, "snapshot_items.preview", chat_id, row)
+    assert sealed_path is not None
+    return sealed_path, blob_address(dialect, owner, digest, write=True), sealed_preview
+
+
+def open_item(
+    dialect: Dialect,
+    owner: str | None,
+    chat_id: str,
+    snapshot_id: str,
+    position: int,
+    path: Any,
+    address: str,
+    preview: Any,
+) -> tuple[Any, str, Any]:
+    """A stored snapshot item's path, blob SHA-256 and preview, opened."""
+    sealer, row = dialect.sealer, f"{snapshot_id}.{position}"
+    return (
+        sealer.open_text(path, "snapshot_items", chat_id, row),
+        blob_digest(dialect, owner, address),
+        sealer.open_text(preview, "snapshot_items.preview", chat_id, row),
+    )

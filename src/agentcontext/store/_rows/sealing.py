@@ -45,6 +45,8 @@ __all__ = [
 ]
 
 PREFIX = "acenc1."
+_BLOB_PREFIX = b"\x00" + PREFIX.encode()
+"""A sealed blob's first bytes (NUL first: text content never starts so)."""
 _JSON_PREFIX = '"' + PREFIX
 _JSON_PREFIX_BYTES = _JSON_PREFIX.encode()
 _PREFIX_BYTES = PREFIX.encode()
@@ -98,6 +100,20 @@ class PlainSealer:
     def search_key(self, user_id: str) -> bytes | None:
         return None
 
+    def blob_address(self, user_id: str, digest: str, *, write: bool) -> str:
+        return digest
+
+    def blob_digest(self, user_id: str, address: str) -> str:
+        return address
+
+    def seal_bytes(self, data: bytes, user_id: str, address: str) -> bytes:
+        return data
+
+    def open_bytes(self, raw: bytes, address: str) -> bytes:
+        if raw[:8] == _BLOB_PREFIX:
+            raise _no_provider("blobs", address)
+        return raw
+
     def require(self, user_ids: Iterable[str]) -> None:
         return None
 
@@ -109,9 +125,6 @@ class PlainSealer:
 
     async def destroy(self, user_id: str) -> bool:
         return False
-
-    def refuse_unsealed(self, what: str) -> None:
-        return None
 
     def note_owner(self, chat_id: str, user_id: str) -> None:
         return None
@@ -139,6 +152,9 @@ class _Key:
     aead: Any
     fingerprint: str
     search_key: bytes
+    addresses: Any
+    """AES-256 in ECB mode under a key of its own: a blob's SHA-256 (two random-looking blocks)
+    to its address in the user's namespace and back."""
 
 
 @dataclass(slots=True)
@@ -241,10 +257,14 @@ class KeyedSealer:
                 key_id=user_id,
             )
         raw = bytes(raw)
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+        address_key = blake2b(raw, digest_size=32, person=b"agentcontext-bk").digest()
         return _Key(
             aead=self._aesgcm(raw),
             fingerprint=blake2b(raw, digest_size=6, person=b"agentcontext-fp").hexdigest(),
             search_key=blake2b(raw, digest_size=32, person=b"agentcontext-sk").digest(),
+            addresses=Cipher(algorithms.AES(address_key), modes.ECB()),
         )
 
     async def destroy(self, user_id: str) -> bool:
@@ -265,15 +285,55 @@ class KeyedSealer:
             forget_key_everywhere(user_id)
         return destroyed
 
-    def refuse_unsealed(self, what: str) -> None:
-        """Refuse to write ``what``: rows this version cannot seal yet (content-addressed
-        blobs are shared across users, so no one user's key can seal them)."""
-        raise EncryptionError(
-            f"{what} cannot be stored in an encrypted store yet: their contents are "
-            "content-addressed blobs shared across users, and this version cannot seal them "
-            "under one user's key. Nothing was written. Keep them in a store without encryption "
-            "or leave them out"
-        )
+    def blob_address(self, user_id: str, digest: str, *, write: bool) -> str:
+        """Where ``user_id``'s copy of the blob with SHA-256 ``digest`` is stored: the digest
+        enciphered under the user's address key (64 hex characters, like a digest). Blobs are
+        kept once per user, and their addresses say nothing of their contents to a reader of
+        the database."""
+        if write:
+            key = self._writing_key(user_id)
+        else:
+            key = self._reading_key(user_id, "blobs", "", digest)
+        encryptor = key.addresses.encryptor()
+        return str((encryptor.update(bytes.fromhex(digest)) + encryptor.finalize()).hex())
+
+    def blob_digest(self, user_id: str, address: str) -> str:
+        """The SHA-256 of the blob stored at ``address`` in ``user_id``'s namespace."""
+        decryptor = self._reading_key(user_id, "blobs", "", address).addresses.decryptor()
+        return str((decryptor.update(bytes.fromhex(address)) + decryptor.finalize()).hex())
+
+    def seal_bytes(self, data: bytes, user_id: str, address: str) -> bytes:
+        """A blob's content sealed under ``user_id``'s key, bound to its address."""
+        key = self._writing_key(user_id)
+        nonce = _nonce()
+        sealed = key.aead.encrypt(nonce, data, _aad("blobs", user_id, address))
+        header = f"{_b64(user_id.encode())}.{key.fingerprint}.".encode()
+        return bytes(_BLOB_PREFIX + header + nonce + sealed)
+
+    def open_bytes(self, raw: bytes, address: str) -> bytes:
+        """A stored blob's content opened (a plain one, stored before `migrate encrypt`,
+        as it is)."""
+        if raw[:8] != _BLOB_PREFIX:
+            return raw
+        parts = raw[8:].split(b".", 2)
+        try:
+            if len(parts) != 3:
+                raise ValueError
+            user_id = _unb64(parts[0].decode("ascii")).decode()
+            fingerprint = parts[1].decode("ascii")
+        except (ValueError, UnicodeDecodeError, binascii.Error):
+            raise _corrupt("blobs", "", address, "its sealed content is malformed") from None
+        key = self._reading_key(user_id, "blobs", "", address, fingerprint)
+        payload = parts[2]
+        try:
+            opened: bytes = key.aead.decrypt(
+                payload[:_NONCE], payload[_NONCE:], _aad("blobs", user_id, address)
+            )
+        except (self._invalid_tag, ValueError):
+            raise _corrupt(
+                "blobs", "", address, "its sealed content does not open at this address"
+            ) from None
+        return opened
 
     def note_owner(self, chat_id: str, user_id: str) -> None:
         """``user_id`` owns ``chat_id``, as a row just read or written says (a search's hint)."""
@@ -377,21 +437,7 @@ class KeyedSealer:
         if named is None:
             named = self._header(header, table, chat_id, row_id)
         user_id, fingerprint = named
-        entry = self._keys.get(user_id)
-        if entry is None:
-            raise KeyNeeded((user_id,), create=False)
-        key = entry.key
-        if key is None or key.fingerprint != fingerprint:
-            if _stale(entry):
-                raise KeyNeeded((user_id,), create=False)
-            state = "was destroyed (the user was erased)" if key is None else "was replaced"
-            raise EncryptionError(
-                f"row {row_id!r} of chat {chat_id!r} (table {table.split('.')[0]}) is sealed "
-                f"under a data key of user {user_id!r} (fingerprint {fingerprint}) that the key "
-                f"provider does not hold: it {state}, or the provider is not the one the data "
-                "was written with. The text cannot be read",
-                key_id=user_id,
-            )
+        key = self._reading_key(user_id, table, chat_id, row_id, fingerprint)
         try:
             blob = binascii.a2b_hex(sealed[cut + 1 :])
             opened: bytes = key.aead.decrypt(
@@ -405,6 +451,31 @@ class KeyedSealer:
                 "its sealed value does not open for this row (altered, or copied from another row)",
             ) from None
         return opened
+
+    def _reading_key(
+        self, user_id: str, table: str, chat_id: str, row_id: str, fingerprint: str | None = None
+    ) -> _Key:
+        """The key of ``user_id`` for reading a row sealed under the key ``fingerprint`` names
+        (`KeyNeeded` when it is not held, `EncryptionError` when the provider has no such
+        key)."""
+        entry = self._keys.get(user_id)
+        if entry is None:
+            raise KeyNeeded((user_id,), create=False)
+        key = entry.key
+        if key is None or (fingerprint is not None and key.fingerprint != fingerprint):
+            if _stale(entry):
+                raise KeyNeeded((user_id,), create=False)
+            state = "was destroyed (the user was erased)" if key is None else "was replaced"
+            where = f"of chat {chat_id!r} " if chat_id else ""
+            raise EncryptionError(
+                f"row {row_id!r} {where}(table {table.split('.')[0]}) is sealed under a data "
+                f"key of user {user_id!r}"
+                + ("" if fingerprint is None else f" (fingerprint {fingerprint})")
+                + f" that the key provider does not hold: it {state}, or the provider is not "
+                "the one the data was written with. The text cannot be read",
+                key_id=user_id,
+            )
+        return key
 
     def _header(self, header: bytes, table: str, chat_id: str, row_id: str) -> tuple[str, str]:
         """The user and key fingerprint a sealed value's header names (remembered)."""
