@@ -261,6 +261,35 @@ async def test_a_value_moved_to_another_row_does_not_open(
         assert infos["a"].title == "title of a"
 
 
+async def test_a_value_moved_within_a_chain_is_named_by_a_chain_load(
+    backend: str, store_url: str, provider: LocalKeyProvider
+) -> None:
+    async with SqlContextStore(store_url, encryption=provider) as store:
+        engine = ContextEngine(store=store, chat_id="a", user_id="u1")
+        for n in range(4):
+            engine.set(user(f"text {n}", id=f"m-{n}"))
+        await engine.save()
+    direct = make_url(store_url)
+    if backend == "pgbouncer":
+        direct = direct.set(port=5432).difference_update_query(["pgbouncer"])
+    database = create_async_engine(direct)
+    try:
+        async with database.begin() as conn:  # a later row of the chain gets an earlier one's
+            await conn.execute(
+                text(
+                    "UPDATE messages SET data = (SELECT data FROM (SELECT data FROM messages "
+                    "WHERE id = 'm-1') AS t) WHERE id = 'm-2'"
+                )
+            )
+    finally:
+        await database.dispose()
+    async with SqlContextStore(store_url, encryption=provider) as store:
+        fresh = ContextEngine(store=store, chat_id="a", user_id="u1")
+        with pytest.raises(CorruptDataError) as caught:
+            await fresh.resolve()
+        assert caught.value.row_id == "m-2"
+
+
 async def test_erasure_destroys_the_key_so_a_backup_cannot_be_read(
     tmp_path: Path, provider: LocalKeyProvider
 ) -> None:

@@ -258,7 +258,8 @@ def open_database(
             f"got {v.type_name(url_or_engine)}"
         )
     if options.encryption is not None:
-        dialect = dialect.sealed_by(KeyedSealer(options.encryption))
+        sealer = KeyedSealer(options.encryption, binary_json=dialect.binary_sealed_json)
+        dialect = dialect.sealed_by(sealer)
     return Database(
         engine,
         dialect,

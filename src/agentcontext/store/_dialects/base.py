@@ -238,6 +238,11 @@ class Dialect(abc.ABC):
         for each row would only be encoded back (a read of 10 000 messages with some
         non-ASCII text: 17 ms of fetch and 35 of decoding as text, 9 and 26 as bytes)."""
 
+    binary_sealed_json = False
+    """Whether a JSON column can hold bytes (SQLite keeps a BLOB in a column of any type): an
+    encrypted store then stores a sealed value as its bytes, not as a JSON string of hex (half
+    the bytes to read, nothing to decode)."""
+
     raw_json_misleads_planner = False
     """Whether `raw_json` is an expression whose width the planner misjudges, so that a long
     read should pick its rows in a subquery the planner cannot merge and apply it outside."""

@@ -555,7 +555,7 @@ class MySQLDialect(Dialect):
         return None
 
 
-def _check_packet(conn: Connection, texts: Sequence[str | None]) -> None:
+def _check_packet(conn: Connection, texts: Sequence[str | bytes | None]) -> None:
     """Refuse a statement the server would refuse for its size, naming the setting."""
     limit = conn.info.get("max_allowed_packet")
     if not isinstance(limit, int):
@@ -563,7 +563,7 @@ def _check_packet(conn: Connection, texts: Sequence[str | None]) -> None:
     size = sum(len(value) for value in texts if value)
     if size + _PACKET_MARGIN <= limit // 4:
         return  # however many bytes each character takes
-    size = sum(len(value.encode()) for value in texts if value)
+    size = sum(len(v.encode() if isinstance(v, str) else v) for v in texts if v)
     if size + _PACKET_MARGIN > limit:
         raise InvalidInputError(
             f"the message(s) hold {size} bytes of JSON, more than the server allows in one "

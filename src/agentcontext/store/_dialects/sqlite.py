@@ -229,6 +229,7 @@ class SqliteDialect(Dialect):
     append_chunk = 2000  # 11 values per row, well under SQLite's 32 766 bound values
     exact_candidates = False  # terms are hashes: a candidate's tokens are checked
     loop_bound_connections = False
+    binary_sealed_json = True  # a BLOB in the JSON column: no hex, half the bytes
 
     # --- engine -----------------------------------------------------------------------------
 

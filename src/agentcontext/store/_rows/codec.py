@@ -81,7 +81,7 @@ class MessageRow:
     parent_id: str | None
     name: str
     type: str
-    data: str | None
+    data: str | bytes | None
     """The JSON text of the message data."""
     terms: ScopedTerms
     """What the search index holds for it (its tokens, under its chat's and user's masks)."""

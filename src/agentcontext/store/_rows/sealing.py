@@ -6,11 +6,13 @@ it writes or reads of message contents, chat titles and chat metadata, so encryp
 place where rows are prepared and cannot be skipped by one writer.
 
 A sealed value is the text ``acenc1.<key id>.<key fingerprint>.<nonce and ciphertext, hex>``
-(a JSON string in a JSON column): AES-256-GCM under the data key of the chat's owner, the key
-named by its user id (base64url) and the key's fingerprint, its associated data the table, the
-chat and the row id — a value copied to another row, or altered, does not open
-(`CorruptDataError` naming the row), and a value sealed under a destroyed key is an
-`EncryptionError` naming it, never text of another chat.
+(a JSON string in a JSON column), or, for blobs and where a JSON column keeps bytes (SQLite,
+`Dialect.binary_sealed_json`: half the size, nothing to decode), the bytes
+``\x00acenc1.<key id>.<key fingerprint>.<nonce and ciphertext>``. The cipher is AES-256-GCM
+under the data key of the chat's owner, the key named by its user id (base64url) and the key's
+fingerprint, its associated data the table, the chat and the row id — a value copied to
+another row, or altered, does not open (`CorruptDataError` naming the row), and a value sealed
+under a destroyed key is an `EncryptionError` naming it, never text of another chat.
 
 Keys come from the provider (an ``await``), rows are prepared in a unit of work (no ``await``):
 a unit that needs a key the sealer does not hold raises `KeyNeeded`; the store's `Database`
@@ -93,7 +95,7 @@ class PlainSealer:
 
     def open_chain(self, ids: list[str], raws: list[Any], table: str, chat_id: str) -> list[Any]:
         for row_id, raw in zip(ids, raws, strict=True):
-            if raw and raw[:1] == b'"':  # a JSON string: only a sealed value is one
+            if raw and raw[:1] in (b'"', b"\x00"):  # a JSON string or bytes: maybe sealed
                 self.open_json(raw, table, chat_id, row_id)
         return raws
 
@@ -178,7 +180,9 @@ class KeyedSealer:
 
     encrypted = True
 
-    def __init__(self, provider: Any, cache_keys: int = 10_000) -> None:
+    def __init__(
+        self, provider: Any, cache_keys: int = 10_000, *, binary_json: bool = False
+    ) -> None:
         from cryptography.exceptions import InvalidTag
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -187,6 +191,8 @@ class KeyedSealer:
         self._headers: dict[bytes, tuple[str, str]] = {}
         self._owners: dict[str, str] = {}
         self.provider = provider
+        self.binary_json = binary_json
+        """Whether JSON columns take a sealed value as bytes (`Dialect.binary_sealed_json`)."""
         self._cache_keys = cache_keys
         self._keys: OrderedDict[str, _Entry] = OrderedDict()
         _sealers.add(self)
@@ -304,36 +310,14 @@ class KeyedSealer:
 
     def seal_bytes(self, data: bytes, user_id: str, address: str) -> bytes:
         """A blob's content sealed under ``user_id``'s key, bound to its address."""
-        key = self._writing_key(user_id)
-        nonce = _nonce()
-        sealed = key.aead.encrypt(nonce, data, _aad("blobs", user_id, address))
-        header = f"{_b64(user_id.encode())}.{key.fingerprint}.".encode()
-        return bytes(_BLOB_PREFIX + header + nonce + sealed)
+        return self._seal_binary(data, user_id, _aad("blobs", "", address))
 
     def open_bytes(self, raw: bytes, address: str) -> bytes:
         """A stored blob's content opened (a plain one, stored before `migrate encrypt`,
         as it is)."""
         if raw[:8] != _BLOB_PREFIX:
             return raw
-        parts = raw[8:].split(b".", 2)
-        try:
-            if len(parts) != 3:
-                raise ValueError
-            user_id = _unb64(parts[0].decode("ascii")).decode()
-            fingerprint = parts[1].decode("ascii")
-        except (ValueError, UnicodeDecodeError, binascii.Error):
-            raise _corrupt("blobs", "", address, "its sealed content is malformed") from None
-        key = self._reading_key(user_id, "blobs", "", address, fingerprint)
-        payload = parts[2]
-        try:
-            opened: bytes = key.aead.decrypt(
-                payload[:_NONCE], payload[_NONCE:], _aad("blobs", user_id, address)
-            )
-        except (self._invalid_tag, ValueError):
-            raise _corrupt(
-                "blobs", "", address, "its sealed content does not open at this address"
-            ) from None
-        return opened
+        return self._open_binary(raw, "blobs", "", address)
 
     def note_owner(self, chat_id: str, user_id: str) -> None:
         """``user_id`` owns ``chat_id``, as a row just read or written says (a search's hint)."""
@@ -367,8 +351,13 @@ class KeyedSealer:
         # (a chain of 10 000 messages is read at about the speed of a plain one).
         return f"{PREFIX}{_b64(user_id.encode())}.{key.fingerprint}.{(nonce + sealed).hex()}"
 
-    def seal_json(self, text: str, user_id: str, table: str, chat_id: str, row_id: str) -> str:
-        """The JSON text of a value, sealed for its row, as a JSON string."""
+    def seal_json(
+        self, text: str, user_id: str, table: str, chat_id: str, row_id: str
+    ) -> str | bytes:
+        """The JSON text of a value, sealed for its row: a JSON string, or bytes where the
+        database keeps them in a JSON column."""
+        if self.binary_json:
+            return self._seal_binary(text.encode(), user_id, _aad(table, chat_id, row_id))
         return f'"{self.seal_text(text, user_id, table, chat_id, row_id)}"'
 
     def open_json(self, raw: Any, table: str, chat_id: str, row_id: str) -> Any:
@@ -376,6 +365,8 @@ class KeyedSealer:
         if isinstance(raw, bytes):
             if raw[:8] == _JSON_PREFIX_BYTES:
                 return self._open(raw[1:-1], table, chat_id, row_id)
+            if raw[:8] == _BLOB_PREFIX:
+                return self._open_binary(raw, table, chat_id, row_id)
         elif isinstance(raw, str) and raw[:8] == _JSON_PREFIX:
             return self._open(raw.strip()[1:-1].encode("ascii", "replace"), table, chat_id, row_id)
         return raw  # a plain value: written before `migrate encrypt` reached it
@@ -396,38 +387,105 @@ class KeyedSealer:
         return value
 
     def open_chain(self, ids: list[str], raws: list[Any], table: str, chat_id: str) -> list[Any]:
-        """`open_json` of the rows of one chat at once (a chain load): the header of the
-        chat's values is checked once, then each value is decoded and decrypted."""
+        """`open_json` of the rows of one chat at once (a chain load): the first value sealed
+        under a key is opened the long way (its header parsed, its key checked); the values
+        after it with the same header are decrypted directly."""
         out: list[Any] = []
         append = out.append
-        prefix = _JSON_PREFIX_BYTES
         a2b = binascii.a2b_hex
         aad = f"agentcontext\x00{table}\x00{chat_id}\x00".encode()
-        header = b""
+        failed = (self._invalid_tag, ValueError, binascii.Error)
+        lead = b"\x01"  # the header of the values decrypted directly (none yet)
+        start, binary = 0, False
         decrypt: Any = None
         for row_id, raw in zip(ids, raws, strict=True):
-            if not isinstance(raw, bytes) or raw[:8] != prefix:
-                append(self.open_json(raw, table, chat_id, row_id))
+            if raw.__class__ is bytes and raw.startswith(lead):
+                try:
+                    if binary:
+                        view = memoryview(raw)
+                        append(
+                            decrypt(
+                                view[start : start + _NONCE],
+                                view[start + _NONCE :],
+                                aad + row_id.encode(),
+                            )
+                        )
+                    else:
+                        blob = a2b(memoryview(raw)[start:-1])
+                        append(decrypt(blob[:_NONCE], blob[_NONCE:], aad + row_id.encode()))
+                    continue
+                except failed:
+                    pass  # opened the long way below, which names the row
+            append(self.open_json(raw, table, chat_id, row_id))
+            if not isinstance(raw, bytes):
                 continue
-            cut = raw.rfind(b".")
-            if decrypt is None or raw[1:cut] != header:
-                header = raw[1:cut]
-                append(self._open(raw[1:-1], table, chat_id, row_id))  # checks the key
-                decrypt = self._decrypt_for(header)
-                continue
-            try:
-                blob = a2b(memoryview(raw)[cut + 1 : -1])
-                append(decrypt(blob[:_NONCE], blob[_NONCE:], aad + row_id.encode()))
-            except (self._invalid_tag, ValueError, binascii.Error):
-                append(self._open(raw[1:-1], table, chat_id, row_id))  # raises, naming the row
+            if raw[:8] == _JSON_PREFIX_BYTES:
+                cut = raw.rfind(b".")
+                lead, start, binary = raw[: cut + 1], cut + 1, False
+                decrypt = self._decrypt_for(raw[1:cut])
+            elif raw[:8] == _BLOB_PREFIX:
+                user_id, _, start = self._binary_header(raw, table, chat_id, row_id)
+                lead, binary = raw[:start], True
+                decrypt = self._decrypt_of(user_id)
         return out
 
     def _decrypt_for(self, header: bytes) -> Any:
         """The decrypt method of the key a header names (checked by a successful `_open`)."""
-        user_id, _ = self._headers[header]
+        return self._decrypt_of(self._headers[header][0])
+
+    def _decrypt_of(self, user_id: str) -> Any:
+        """The decrypt method of ``user_id``'s key (held: a value of theirs just opened)."""
         entry = self._keys[user_id]
         assert entry.key is not None
         return entry.key.aead.decrypt
+
+    def _seal_binary(self, data: bytes, user_id: str, aad: bytes) -> bytes:
+        """``data`` sealed under ``user_id``'s key, as bytes."""
+        key = self._writing_key(user_id)
+        nonce = _nonce()
+        sealed = key.aead.encrypt(nonce, data, aad)
+        header = f"{_b64(user_id.encode())}.{key.fingerprint}.".encode()
+        return bytes(_BLOB_PREFIX + header + nonce + sealed)
+
+    def _open_binary(self, raw: bytes, table: str, chat_id: str, row_id: str) -> bytes:
+        """The plaintext of a value sealed as bytes (``\\x00acenc1.<key id>.<fingerprint>.``
+        and the nonce and ciphertext)."""
+        user_id, fingerprint, start = self._binary_header(raw, table, chat_id, row_id)
+        key = self._reading_key(user_id, table, chat_id, row_id, fingerprint)
+        try:
+            opened: bytes = key.aead.decrypt(
+                raw[start : start + _NONCE], raw[start + _NONCE :], _aad(table, chat_id, row_id)
+            )
+        except (self._invalid_tag, ValueError):
+            raise _corrupt(
+                table,
+                chat_id,
+                row_id,
+                "its sealed value does not open for this row (altered, or copied from another row)",
+            ) from None
+        return opened
+
+    def _binary_header(
+        self, raw: bytes, table: str, chat_id: str, row_id: str
+    ) -> tuple[str, str, int]:
+        """The user and key fingerprint a value sealed as bytes names, and where its nonce
+        starts."""
+        first = raw.find(b".", 8)
+        second = raw.find(b".", first + 1) if first > 0 else -1
+        if second < 0:
+            raise _corrupt(table, chat_id, row_id, "its sealed value is malformed")
+        header = raw[:second]
+        named = self._headers.get(header)
+        if named is None:
+            try:
+                user_id = _unb64(raw[8:first].decode("ascii")).decode()
+                named = (user_id, raw[first + 1 : second].decode("ascii"))
+            except (ValueError, UnicodeDecodeError, binascii.Error):
+                raise _corrupt(table, chat_id, row_id, "its sealed value is malformed") from None
+            if len(self._headers) >= 4096:
+                self._headers.clear()
+            self._headers[header] = named
+        return named[0], named[1], second + 1
 
     def _open(self, sealed: bytes, table: str, chat_id: str, row_id: str) -> bytes:
         """The plaintext of a sealed value (``acenc1.<key id>.<fingerprint>.<payload>``)."""
@@ -503,7 +561,7 @@ def is_sealed(value: Any) -> bool:
 def is_sealed_json(raw: Any) -> bool:
     """Whether a JSON column's raw value (or its text) is a sealed value."""
     if isinstance(raw, bytes):
-        return raw[:8] == _JSON_PREFIX_BYTES
+        return raw[:8] in (_JSON_PREFIX_BYTES, _BLOB_PREFIX)
     return isinstance(raw, str) and raw[:8] == _JSON_PREFIX
 
 
