@@ -32,8 +32,6 @@ from agentcontext.store._db.database import Database, Transaction, unit
 from agentcontext.store._db.migrate import MigrateMode
 from agentcontext.store._db.options import StoreOptions, open_database
 from agentcontext.store._db.replicas import parse_token
-from agentcontext.store._db.schema import resolve_records as RR
-from agentcontext.store._db.schema import snapshots as SN
 from agentcontext.store._memory import (
     DEFAULT_CACHE_BYTES,
     ChainMemory,
@@ -584,10 +582,8 @@ class SqlContextStore(ContextStore):
         self, content: bytes, *, media_type: str = "application/octet-stream",
         expected_hash: str | None = None, chat_id: str | None = None,
     ) -> str:  # fmt: skip
-        digest, checked = _snapshots.check_put(content, media_type, expected_hash)
-        v.check_optional_id(chat_id, "chat_id")
-        write = unit(_snapshots.store_blobs, self._dialect, checked, chat_id)
-        await self.db.run("write", write)
+        digest, checked = _snapshots.check_put(content, media_type, expected_hash, chat_id)
+        await self.db.run("write", unit(_snapshots.store_blobs, self._dialect, checked, chat_id))
         return digest
 
     async def read_blob(self, blob: str, *, chat_id: str | None = None) -> bytes | None:
@@ -616,9 +612,8 @@ class SqlContextStore(ContextStore):
     ) -> ContextSnapshot | None:
         v.check_id(snapshot_id, "snapshot_id")
         v.check_bool(with_content, "with_content")
-        read = unit(_snapshots.snapshots, self._dialect, SN.c.id == snapshot_id, with_content)
-        found = await self.db.run("snapshot", read)
-        return found[0] if found else None
+        read = unit(_snapshots.snapshot, self._dialect, snapshot_id, with_content)
+        return await self.db.run("snapshot", read)
 
     async def list_snapshots(self, chat_id: str) -> list[ContextSnapshot]:
         v.check_id(chat_id, "chat_id")
@@ -639,9 +634,7 @@ class SqlContextStore(ContextStore):
 
     async def get_resolve_record(self, record_id: str) -> ResolveRecord | None:
         v.check_id(record_id, "record_id")
-        read = unit(_snapshots.records, self._dialect, RR.c.id == record_id)
-        found = await self.db.run("snapshot", read)
-        return found[0] if found else None
+        return await self.db.run("snapshot", unit(_snapshots.record, self._dialect, record_id))
 
     async def list_resolve_records(self, chat_id: str) -> list[ResolveRecord]:
         v.check_id(chat_id, "chat_id")

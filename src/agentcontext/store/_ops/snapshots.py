@@ -45,7 +45,9 @@ __all__ = [
     "read_blob",
     "read_blobs",
     "record_contents",
+    "record",
     "records",
+    "snapshot",
     "insert_record_rows",
     "save_snapshot",
     "snapshots",
@@ -489,6 +491,20 @@ async def collect_garbage_retrying(db: Database) -> int:
     raise StoreError("garbage collection kept racing concurrent writers; run it again")
 
 
+def snapshot(
+    conn: Connection, dialect: Dialect, snapshot_id: str, with_content: bool
+) -> ContextSnapshot | None:
+    """The stored snapshot ``snapshot_id``, or None (snapshot read)."""
+    found = snapshots(conn, dialect, SN.c.id == snapshot_id, with_content)
+    return found[0] if found else None
+
+
+def record(conn: Connection, dialect: Dialect, record_id: str) -> ResolveRecord | None:
+    """The resolve record ``record_id``, or None (snapshot read)."""
+    found = records(conn, dialect, RR.c.id == record_id)
+    return found[0] if found else None
+
+
 def chat_snapshots(conn: Connection, dialect: Dialect, chat_id: str) -> list[ContextSnapshot]:
     """A chat's snapshots, newest first, without contents; `ChatNotFoundError` for an unknown
     chat (snapshot read)."""
@@ -503,11 +519,12 @@ def chat_records(conn: Connection, dialect: Dialect, chat_id: str) -> list[Resol
 
 
 def check_put(
-    content: object, media_type: object, expected_hash: object
+    content: object, media_type: object, expected_hash: object, chat_id: object
 ) -> tuple[str, dict[str, tuple[bytes, str]]]:
     """Check a blob to store (``put_blob``): its hash and the blob, or `InvalidInputError`
     for content whose hash is not the one expected."""
     v.check_optional_text(expected_hash, "expected_hash")
+    v.check_optional_id(chat_id, "chat_id")
     if not isinstance(content, (bytes, bytearray, memoryview)):
         raise InvalidTypeError(f"blob content must be bytes, got {v.type_name(content)}")
     data = bytes(content)
