@@ -186,7 +186,9 @@ def _stored_prefix(db: Any) -> str:
         finally:
             con.close()
         value = row[0]
-        return (value.decode() if isinstance(value, bytes) else str(value))[:12]
+        # SQLite keeps a sealed value as bytes (NUL, then the prefix), not as a JSON string.
+        shown = value[:12].decode("latin-1") if isinstance(value, bytes) else str(value)[:12]
+        return shown.replace("\x00", "")
     if db.backend == "postgres":
         return db.psql("SELECT left(data::text, 12) FROM messages LIMIT 1")
     return db.mysql("SELECT LEFT(data, 12) FROM messages LIMIT 1")

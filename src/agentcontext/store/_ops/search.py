@@ -67,10 +67,16 @@ def search(
             return []  # an unknown chat, or a user with no key: nothing of theirs is stored
         return _search(conn, dialect, scope, scope_id, query, roles, limit, search_key)
 
+    def owner() -> str | None:  # read from the chat row, and remembered for the next search
+        found = _chats.owner_of(conn, scope_id)
+        if found is not None:
+            sealer.note_owner(scope_id, found)
+        return found
+
     hinted = sealer.owner_hint(scope_id) if scope == "chat" else scope_id
-    found = keyed(hinted if hinted is not None else _chats.owner_of(conn, scope_id))
+    found = keyed(hinted if hinted is not None else owner())
     if not found and scope == "chat" and hinted is not None:
-        actual = _chats.owner_of(conn, scope_id)
+        actual = owner()
         if actual != hinted:
             found = keyed(actual)
     return found
