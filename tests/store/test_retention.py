@@ -617,6 +617,29 @@ async def test_prune_deletes_whole_chats_a_batch_at_a_time(store: SqlContextStor
     assert [c.id for c in await store.list_chats()] == ["young"]
 
 
+async def test_sqlite_retention_checkpoints_the_log_between_batches(tmp_path: Any) -> None:
+    """On SQLite each pause between batches starts with a passive checkpoint of the WAL, so
+    that a writer of another chat does not find it long and copy it into the database itself;
+    the checkpoint runs outside the batches' transactions."""
+    from sqlalchemy import event
+
+    async with SqlContextStore(f"sqlite+aiosqlite:///{tmp_path / 'wal.db'}") as store:
+        await _old_chats(store, 8, 120)
+        checkpoints: list[bool] = []
+
+        @event.listens_for(store.engine.sync_engine, "before_cursor_execute")
+        def seen(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            if "wal_checkpoint" in statement:
+                checkpoints.append(bool(conn.connection.driver_connection.in_transaction))
+
+        batches: list[int] = []
+        await store.prune(older_than=timedelta(days=30), progress=lambda d, _t: batches.append(d))
+        assert len(batches) >= 3
+        assert len(checkpoints) == len(batches) - 1  # after each batch but the last
+        assert not any(checkpoints)  # none inside a transaction
+        assert await store.list_chats() == []
+
+
 async def test_a_prune_cut_short_leaves_whole_chats_and_finishes_when_run_again(
     store: SqlContextStore,
 ) -> None:

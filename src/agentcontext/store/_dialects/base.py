@@ -472,6 +472,14 @@ class Dialect(abc.ABC):
         seconds: none where writers of other chats do not wait for a batch anyway."""
         return 0.0
 
+    checkpoints_after_batches: ClassVar[bool] = False
+    """Whether a retention run moves the write-ahead log into the database after each batch
+    (`checkpoint_log`), so that writers do not find it long and pay for that themselves."""
+
+    def checkpoint_log(self, conn: Connection) -> None:  # noqa: B027 - none by default
+        """Move what the log holds into the database without waiting for anyone (outside a
+        transaction)."""
+
 
 class AppendRefused(Exception):
     """Internal: an append statement wrote nothing. ``reason`` says why."""

@@ -439,6 +439,14 @@ class SqliteDialect(Dialect):
     def retention_pause(self, took: float) -> float:
         return min(0.05, max(0.03, took))
 
+    # A batch writes hundreds of pages to the WAL. Past 1 000 pages the connection that commits
+    # next copies them into the database (and syncs it) before its call returns: often a
+    # writer of another chat. The retention run does it itself instead, between its batches.
+    checkpoints_after_batches = True
+
+    def checkpoint_log(self, conn: Connection) -> None:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+
     def _candidates(self, scope: ColumnElement[bool]) -> Select[Any]:
         fts = table("messages_fts", column("rowid", Integer))
         match = literal_column("messages_fts").op("MATCH")(bindparam("search_query"))

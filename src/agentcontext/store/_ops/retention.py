@@ -242,9 +242,22 @@ async def delete_matching(
             progress(start, total)
         budget = _next_budget(budget, size, took, dialect.retention_seconds)
         if start < total:
-            await asyncio.sleep(dialect.retention_pause(took))
+            await _between_batches(db, dialect, took)
     chats.sort(key=lambda chat: (chat.updated_at, chat.id), reverse=True)
     return chats, counts
+
+
+async def _between_batches(db: Database, dialect: Dialect, took: float) -> None:
+    """The pause after a batch that took ``took`` seconds (`Dialect.retention_pause`), the
+    write-ahead log checkpointed at its start where the dialect says so."""
+    pause = dialect.retention_pause(took)
+    if dialect.checkpoints_after_batches:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await db.run("read", unit(dialect.checkpoint_log))
+        pause -= loop.time() - began
+    if pause > 0:
+        await asyncio.sleep(pause)
 
 
 def _next_budget(budget: int, size: int, took: float, seconds: float = BATCH_SECONDS) -> int:
@@ -416,7 +429,7 @@ async def purge(
                     progress(start, len(gone))
                 budget = _next_budget(budget, len(batch), took, dialect.retention_seconds)
                 if start < len(gone):
-                    await asyncio.sleep(dialect.retention_pause(took))
+                    await _between_batches(db, dialect, took)
         except _Reached:
             continue  # reached again meanwhile: plan again from what is there now
         return PurgeReport(
