@@ -218,6 +218,28 @@ def test_encrypted_search_equals_plain_search(
         assert user_wide[1] == user_wide[0]
 
 
+async def copy_value(
+    backend: str, store_url: str, table: str, column: str, source: str, target: str
+) -> None:
+    """Copy a column's value from one row to another as the database holds it, behind the
+    store's back (a derived table: MySQL will not read the table it updates)."""
+    direct = make_url(store_url)
+    if backend == "pgbouncer":  # past the pooler, straight to the server
+        direct = direct.set(port=5432).difference_update_query(["pgbouncer"])
+    engine = create_async_engine(direct)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    f"UPDATE {table} SET {column} = (SELECT {column} FROM (SELECT {column} "
+                    f"FROM {table} WHERE id = :source) AS t) WHERE id = :target"
+                ),
+                {"source": source, "target": target},
+            )
+    finally:
+        await engine.dispose()
+
+
 async def test_a_value_moved_to_another_row_does_not_open(
     backend: str, store_url: str, provider: LocalKeyProvider
 ) -> None:
@@ -227,28 +249,8 @@ async def test_a_value_moved_to_another_row_does_not_open(
             engine = ContextEngine(store=store, chat_id=chat, user_id="u1")
             engine.set(user(f"text of {chat}", id=f"m-{chat}"))
             await engine.save()
-    direct = make_url(store_url)
-    if backend == "pgbouncer":  # past the pooler, straight to the server
-        direct = direct.set(port=5432).difference_update_query(["pgbouncer"])
-    engine = create_async_engine(direct)
-    try:
-        async with engine.begin() as conn:
-            # Copied as the database holds them (a derived table: MySQL will not read the
-            # table it updates).
-            await conn.execute(
-                text(
-                    "UPDATE messages SET data = (SELECT data FROM (SELECT data FROM messages "
-                    "WHERE id = 'm-a') AS t) WHERE id = 'm-b'"
-                )
-            )
-            await conn.execute(
-                text(
-                    "UPDATE chats SET title = (SELECT title FROM (SELECT title FROM chats "
-                    "WHERE id = 'a') AS t) WHERE id = 'b'"
-                )
-            )
-    finally:
-        await engine.dispose()
+    await copy_value(backend, store_url, "messages", "data", "m-a", "m-b")
+    await copy_value(backend, store_url, "chats", "title", "a", "b")
     async with SqlContextStore(store_url, encryption=provider) as store:
         with pytest.raises(CorruptDataError) as caught:
             await store.get_messages("b")
@@ -269,20 +271,8 @@ async def test_a_value_moved_within_a_chain_is_named_by_a_chain_load(
         for n in range(4):
             engine.set(user(f"text {n}", id=f"m-{n}"))
         await engine.save()
-    direct = make_url(store_url)
-    if backend == "pgbouncer":
-        direct = direct.set(port=5432).difference_update_query(["pgbouncer"])
-    database = create_async_engine(direct)
-    try:
-        async with database.begin() as conn:  # a later row of the chain gets an earlier one's
-            await conn.execute(
-                text(
-                    "UPDATE messages SET data = (SELECT data FROM (SELECT data FROM messages "
-                    "WHERE id = 'm-1') AS t) WHERE id = 'm-2'"
-                )
-            )
-    finally:
-        await database.dispose()
+    # A later row of the chain gets an earlier one's value.
+    await copy_value(backend, store_url, "messages", "data", "m-1", "m-2")
     async with SqlContextStore(store_url, encryption=provider) as store:
         fresh = ContextEngine(store=store, chat_id="a", user_id="u1")
         with pytest.raises(CorruptDataError) as caught:

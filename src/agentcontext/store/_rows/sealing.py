@@ -452,18 +452,7 @@ class KeyedSealer:
         and the nonce and ciphertext)."""
         user_id, fingerprint, start = self._binary_header(raw, table, chat_id, row_id)
         key = self._reading_key(user_id, table, chat_id, row_id, fingerprint)
-        try:
-            opened: bytes = key.aead.decrypt(
-                raw[start : start + _NONCE], raw[start + _NONCE :], _aad(table, chat_id, row_id)
-            )
-        except (self._invalid_tag, ValueError):
-            raise _corrupt(
-                table,
-                chat_id,
-                row_id,
-                "its sealed value does not open for this row (altered, or copied from another row)",
-            ) from None
-        return opened
+        return self._decrypt(key, raw[start:], table, chat_id, row_id)
 
     def _binary_header(
         self, raw: bytes, table: str, chat_id: str, row_id: str
@@ -498,10 +487,18 @@ class KeyedSealer:
         key = self._reading_key(user_id, table, chat_id, row_id, fingerprint)
         try:
             blob = binascii.a2b_hex(sealed[cut + 1 :])
+        except (ValueError, binascii.Error):
+            blob = b""  # does not open: named below
+        return self._decrypt(key, blob, table, chat_id, row_id)
+
+    def _decrypt(self, key: _Key, blob: bytes, table: str, chat_id: str, row_id: str) -> bytes:
+        """The plaintext of a nonce and ciphertext sealed for the row (`CorruptDataError`
+        naming the row when it does not open)."""
+        try:
             opened: bytes = key.aead.decrypt(
                 blob[:_NONCE], blob[_NONCE:], _aad(table, chat_id, row_id)
             )
-        except (self._invalid_tag, ValueError, binascii.Error):
+        except (self._invalid_tag, ValueError):
             raise _corrupt(
                 table,
                 chat_id,
