@@ -440,7 +440,13 @@ class MySQLDialect(Dialect):
         return {}  # the side table is kept by index_rows / unindex_rows
 
     def index_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
-        batch = [{"term": term, "seq": seq} for seq, terms in rows for term in int8_terms(terms)]
+        # In key order (seq, term): each row goes at the end of the table's last page, which
+        # InnoDB then fills before it starts the next (out of order, it splits pages in half).
+        batch = [
+            {"term": term, "seq": seq}
+            for seq, terms in sorted(rows, key=lambda row: row[0])
+            for term in sorted(int8_terms(terms))
+        ]
         for start in range(0, len(batch), 5000):
             conn.execute(
                 mysql.insert(TERMS).prefix_with("IGNORE"), batch[start : start + 5000]
