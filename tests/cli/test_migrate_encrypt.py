@@ -145,7 +145,9 @@ async def _check_sealed(
                 assert listed.id is not None and listed.summary == f"saw {PLANT}"
                 snapshot = await store.get_snapshot(listed.id, with_content=True)
                 assert snapshot is not None
-                assert list(snapshot.contents.values())[0][0] == f"file of {chat} {PLANT}".encode()
+                assert (
+                    next(iter(snapshot.contents.values()))[0] == f"file of {chat} {PLANT}".encode()
+                )
                 engine = ContextEngine(store=store, chat_id=chat, user_id=f"user-{n % 3}")
                 (record,) = await store.list_resolve_records(chat)
                 replayed = await engine.replay(record.id)

@@ -1,8 +1,10 @@
-"""The write rules of a save exist in three forms, for speed: the Python path
+"""The write rules of a save exist in several forms, for speed: the Python path
 (``_messages.write`` under ``_branches.append``, a write transaction), SQLite's INSTEAD OF
-trigger (migration 0010) and PostgreSQL's single statement (``_dialects.postgresql``). They
-must write identical rows: messages (parent, depth, version, name, type, data), the chat's
-counts and version, the branch head and its depth, and the search entries.
+trigger (migration 0010), PostgreSQL's single statement (``_dialects.postgresql``), and
+MariaDB's compound statement beside the statements MySQL runs one by one
+(``_dialects.mysql``). They must write identical rows: messages (parent, depth, version, name,
+type, data), the chat's counts and version, the branch head and its depth, and the search
+entries.
 
 Two chats of the same shape get the same turns, one through the single-statement append, the
 other through the Python path; every row is compared with the chat's prefix taken off the ids.
@@ -107,13 +109,18 @@ async def setup(store: SqlContextStore, chat: str) -> str:
         st.lists(st.lists(WORDS, max_size=6), min_size=1, max_size=3), min_size=1, max_size=4
     )
 )
+@pytest.mark.parametrize("compound", [True, False], ids=["compound", "one-by-one"])
 async def test_the_single_statement_and_the_python_path_write_the_same_rows(
-    store: SqlContextStore, turns: list[list[list[str]]]
+    store: SqlContextStore, backend: str, compound: bool, turns: list[list[list[str]]]
 ) -> None:
+    dialect = store.db.dialect
+    if not compound:
+        if backend != "mariadb":
+            pytest.skip("the statements of an append one by one are MySQL's (and MariaDB's)")
+        dialect.compound_append = False  # type: ignore[attr-defined]
     tag = f"p{next(EXAMPLES)}"
     fast, slow = f"{tag}f", f"{tag}s"
     fast_branch, slow_branch = await setup(store, fast), await setup(store, slow)
-    dialect = store.db.dialect
     head: str | None = None
     words: set[str] = set()
     for t, turn in enumerate(turns):

@@ -8,8 +8,8 @@ What these servers make different, all of it here:
   the server which collation it has: `nopad_collation`.)
 - **Timestamps** are ``DATETIME(6)`` in UTC; every connection's session time zone is UTC.
 - **No data-modifying CTE, no RETURNING.** The append of a save is one short transaction:
-  the chat row updated first (every writer's lock order: the chat, then the branch), a
-  locking read of the branch row, the message rows, their search terms, the head moved; the
+  a locking read of the chat row, then the branch row (every writer's lock order), the
+  message rows, their search terms, the chat's activity, the branch's head; the
   compare-and-swap is the locking read (the head must be the first row's parent). Upserts
   read back what they wrote.
 - **Deadlocks and lock wait timeouts** (1213, 1205) roll the transaction back: the unit is
@@ -33,7 +33,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     BigInteger,
@@ -174,6 +174,9 @@ class MySQLDialect(Dialect):
         {"message_terms", "active_chat_id", "uq_branches_chat_id_active", "ix_messages_compactions"}
     )
     entries_go_with_rows = True  # message_terms' foreign key cascades
+    compound_append = True
+    """Whether an append on MariaDB is one compound statement (`_append_compound`); MySQL
+    has none and runs its statements one by one (as MariaDB does with this off)."""
 
     def __init__(self, *, schema: str | None = None) -> None:
         self.schema = schema
@@ -372,6 +375,11 @@ class MySQLDialect(Dialect):
         owner: str,
         report_version: bool = True,
     ) -> int | None:
+        if self.compound_append and getattr(conn.dialect, "is_mariadb", False):
+            return self._append_compound(
+                conn, branch_id, rows, first=first, new_head=new_head, touched_at=touched_at,
+                owner=owner,
+            )  # fmt: skip
         chat_id = rows[0].chat_id
         _check_packet(conn, [row.data for row in rows])
         # One locking read of the chat row, then the branch row (the lock order of every
@@ -415,21 +423,72 @@ class MySQLDialect(Dialect):
                 raise AppendRefused("exists") from None
             raise
         self.index_rows(conn, [(int(seqs[row.id]), row.terms) for row in rows])
-        # The chat's activity and version and the branch's head in one statement.
+        # The chat's activity and version, then the branch's head: two statements on one row
+        # each, which the server runs in less time than one that joins the two rows (its
+        # plan alone took longer than both).
         conn.execute(
             update(C)
-            .where(C.c.id == chat_id, B.c.id == branch_id, B.c.chat_id == C.c.id)
+            .where(C.c.id == chat_id)
             .values(
-                {
-                    C.c.updated_at: touched_at,
-                    C.c.version: version,
-                    C.c.message_count: C.c.message_count + len(rows),
-                    B.c.head_message_id: new_head,
-                    B.c.head_depth: int(depth) + len(rows),
-                }
+                updated_at=touched_at,
+                version=version,
+                message_count=C.c.message_count + len(rows),
             )
         )
+        conn.execute(
+            update(B)
+            .where(B.c.id == branch_id)
+            .values(head_message_id=new_head, head_depth=int(depth) + len(rows))
+        )
         return version
+
+    def _append_compound(
+        self,
+        conn: Connection,
+        branch_id: str,
+        rows: Sequence[MessageRow],
+        *,
+        first: bool,
+        new_head: str,
+        touched_at: datetime,
+        owner: str,
+    ) -> int:
+        """MariaDB's append: the statements of `append` in one compound statement (``BEGIN
+        NOT ATOMIC ... END``), one round trip; its checks refuse with a ``SIGNAL`` naming
+        the `AppendRefused` reason, before anything is written."""
+        chat_id = rows[0].chat_id
+        encode_time = self.encode_time
+        params: list[Any] = [owner, rows[0].parent_id, 1 if first else 0, chat_id, branch_id]
+        for row in rows:
+            params += (
+                row.id, chat_id, row.parent_id, row.name, row.type, row.data,
+                encode_time(row.created_at),
+            )  # fmt: skip
+        # Each message's search entries in key order (seq, then term).
+        entries = [sorted(int8_terms(row.terms)) for row in rows]
+        params += [row.id for row, terms in zip(rows, entries, strict=True) if terms]
+        params += (encode_time(touched_at), chat_id, new_head, branch_id)
+        sql = _compound_append(self._names(conn), len(rows), entries)
+        _check_packet(conn, [row.data for row in rows] + [sql])
+        try:
+            return int(conn.exec_driver_sql(sql, tuple(params)).scalar_one())
+        except DBAPIError as exc:
+            reason = _refused_reason(exc)
+            if reason is not None:
+                raise AppendRefused(reason) from None
+            if self.is_unique_violation(exc):
+                raise AppendRefused("exists") from None
+            raise
+
+    def _names(self, conn: Connection) -> dict[str, str]:
+        """The tables of a compound statement as it writes them: in the store's schema,
+        quoted, with ``%`` doubled for the driver's parameter format."""
+        quote = conn.dialect.identifier_preparer.quote
+        prefix = "" if self.schema is None else f"{quote(self.schema)}."
+        return {
+            table: f"{prefix}{quote(table)}".replace("%", "%%")
+            for table in ("chats", "branches", "messages", "message_terms")
+        }
 
     # --- search ------------------------------------------------------------------------------
 
@@ -559,6 +618,67 @@ class MySQLDialect(Dialect):
                 "itself once it is back"
             )
         return None
+
+
+_REFUSED = "agentcontext: append refused: "
+_REFUSE = f"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{_REFUSED}%s';"
+"""A compound append's refusal (error 1644), naming the `AppendRefused` reason."""
+
+
+def _compound_append(names: Mapping[str, str], count: int, entries: list[list[int]]) -> str:
+    """The compound statement of an append of ``count`` rows whose search entries are
+    ``entries`` (one list per row). Its parameters, in order: the owner, the expected head,
+    the version's bump, the chat, the branch; each row's id, chat, parent, name, type, data
+    and time; the id of each row that has entries; the time of the chat's activity, the
+    chat, the new head, the branch. What is formatted in are quoted table names and
+    integers; every other value is a parameter."""
+    chats, branches, messages = names["chats"], names["branches"], names["messages"]
+    # The chat row, then the branch row, locked (every writer's lock order); the owner and
+    # the head compared in the columns' binary collation; nothing written before the checks.
+    parts = [
+        "BEGIN NOT ATOMIC DECLARE f, o, h INT DEFAULT 0; DECLARE v, d, s BIGINT; "  # noqa: S608
+        "SELECT STRAIGHT_JOIN 1, c.user_id = %s, b.head_message_id <=> %s, c.version + %s, "
+        f"b.head_depth INTO f, o, h, v, d FROM {chats} AS c JOIN {branches} AS b "
+        "ON b.chat_id = c.id WHERE c.id = %s AND b.id = %s FOR UPDATE; "
+        f"IF f = 0 THEN {_REFUSE % 'branch'} END IF; "
+        f"IF o = 0 THEN {_REFUSE % 'owner'} END IF; "
+        f"IF h = 0 THEN {_REFUSE % 'moved'} END IF; "
+        f"INSERT INTO {messages} (id, chat_id, parent_id, depth, name, type, data, created_at, "
+        "version) VALUES ",
+        ", ".join(f"(%s, %s, %s, d + {step}, %s, %s, %s, %s, v)" for step in range(1, count + 1)),
+        "; ",
+    ]
+    for terms in entries:
+        if terms:  # under the seq the server gave the row
+            parts += (
+                f"SELECT seq INTO s FROM {messages} WHERE id = %s; INSERT IGNORE INTO ",  # noqa: S608
+                names["message_terms"],
+                " (seq, term) VALUES ",
+                ", ".join([f"(s, {term:d})" for term in terms]),
+                "; ",
+            )
+    parts.append(
+        f"UPDATE {chats} SET updated_at = %s, version = v, message_count = message_count + "  # noqa: S608
+        f"{count:d} WHERE id = %s; UPDATE {branches} SET head_message_id = %s, "
+        f"head_depth = d + {count:d} WHERE id = %s; SELECT v; END"
+    )
+    return "".join(parts)
+
+
+_REASONS: dict[str, Literal["branch", "owner", "moved"]] = {
+    "branch": "branch",
+    "owner": "owner",
+    "moved": "moved",
+}
+
+
+def _refused_reason(exc: BaseException) -> Literal["branch", "owner", "moved"] | None:
+    """The reason a compound append refused with (`_REFUSE`), if that is the error."""
+    if errno(exc) != 1644:
+        return None
+    args: tuple[Any, ...] = tuple(getattr(orig(exc), "args", ()))
+    message = str(args[1]) if len(args) > 1 else ""
+    return _REASONS.get(message[len(_REFUSED) :]) if message.startswith(_REFUSED) else None
 
 
 def _check_packet(conn: Connection, texts: Sequence[str | bytes | None]) -> None:
