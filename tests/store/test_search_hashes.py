@@ -146,7 +146,7 @@ def _plan(conn: Connection, word: str = "zebracorn", scope: str = "chat") -> str
     assert compiled.positiontup is not None
     explain = "EXPLAIN " + compiled.string
     with conn.begin():
-        dialect.prepare_search(conn)  # as a search runs it: in its own transaction
+        dialect.prepare_search(conn, scope, "big" if scope == "chat" else "u")  # type: ignore[arg-type]
         rows = conn.exec_driver_sql(explain, tuple(params[name] for name in compiled.positiontup))
         return "\n".join(row[0] for row in rows)
 
@@ -248,7 +248,7 @@ async def test_a_search_plans_for_its_values_in_its_own_transaction_only(pg_url:
         show = text("SELECT current_setting('plan_cache_mode')")
 
         def inside(conn: Connection) -> str:
-            db.dialect.prepare_search(conn)
+            db.dialect.prepare_search(conn, "chat", "none")
             return str(conn.execute(show).scalar_one())
 
         def after(conn: Connection) -> str:

@@ -367,8 +367,20 @@ class Dialect(abc.ABC):
     search_mode: ClassVar[Mode] = "read"
     """The unit of work a search runs in."""
 
-    def prepare_search(self, conn: Connection) -> None:  # noqa: B027 - optional
-        """Before the statements of a search, in its unit of work (see `search_mode`)."""
+    def prepare_search(
+        self, conn: Connection, scope: Literal["chat", "user"], scope_id: str
+    ) -> object:
+        """Before the statements of a search, in its unit of work (see `search_mode`): what
+        `fetch_candidates` is then given (nothing by default)."""
+        return None
+
+    def fetch_candidates(
+        self, conn: Connection, statement: Select[Any], params: dict[str, Any], prepared: object
+    ) -> Sequence[Any]:
+        """One page of `search_candidates`: at most ``search_limit`` rows, newest first, all
+        the scope's candidates before ``before_seq`` when fewer (``prepared``: what
+        `prepare_search` gave)."""
+        return conn.execute(statement, params).all()
 
     # --- locks and errors ----------------------------------------------------------------------
 

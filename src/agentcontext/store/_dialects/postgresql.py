@@ -15,7 +15,8 @@ import shlex
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
+from typing import Any, Literal
 
 from sqlalchemy import (
     ColumnElement,
@@ -45,6 +46,7 @@ from agentcontext.errors import ContextError, InvalidInputError, StoreError, Sto
 from agentcontext.store._db.schema import SEARCH_HASHES_INDEX
 from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
+from agentcontext.store._dialects import postgresql_search as _search
 from agentcontext.store._dialects.base import (
     AppendRefused,
     Dialect,
@@ -110,11 +112,6 @@ statement fails too. Each row's search terms come as the text of an ``int4[]`` (
 cast per row: cheaper, in Python and in the server, than slicing one flat array."""
 
 
-_SEARCH_PLANS = text(
-    "SELECT set_config('plan_cache_mode', 'force_custom_plan', true), "
-    "set_config('enable_indexscan', 'off', true), set_config('enable_seqscan', 'off', true)"
-)
-
 _WRITE_POSITION = "SELECT pg_current_wal_insert_lsn() - CAST('0/0' AS pg_lsn)"
 _REPLAY_POSITION = "SELECT pg_last_wal_replay_lsn() - CAST('0/0' AS pg_lsn)"
 """WAL positions (LSNs) as byte offsets, compared as numbers."""
@@ -142,6 +139,7 @@ class PostgresDialect(Dialect):
         self.pgbouncer = pgbouncer
         self.schema = schema
         self._append = _PG_APPEND if schema is None else _qualified(_APPEND_SQL, schema)
+        self._plans = _search.Plans(text if schema is None else partial(_qualified, schema=schema))
         self.atomic_needs_commit = pgbouncer
         """Behind PgBouncer in transaction pooling mode every statement runs in a transaction:
         outside one, the preparing and the running of a statement may reach different server
@@ -323,32 +321,29 @@ class PostgresDialect(Dialect):
 
     def _candidates(self, scope: ColumnElement[bool]) -> Select[Any]:
         # ``@>`` (contains every hash of the query) is what the GIN index on search_hashes
-        # answers, without reading the chat's other messages.
-        contains = type_coerce(M.c.search_hashes, _INT4_ARRAY).contains(
-            bindparam("query_hashes", type_=_INT4_ARRAY)
-        )
-        return (
-            select(*candidate_columns(self))
-            .where(scope, M.c.seq < bindparam("before_seq"), contains)
-            .order_by(M.c.seq.desc())
-            .limit(bindparam("search_limit"))
-        )
+        # answers, without reading the chat's other messages; a large scope's common words
+        # are read by windows of the newest rows instead (`postgresql_search`).
+        return _search.candidates(scope, candidate_columns(self))
 
     def search_params(self, mask: int, hashes: list[int]) -> dict[str, Any]:
         folded = _fold(mask)
         return {"query_hashes": [(_folded(h) ^ folded) - _SIGN for h in hashes]}
 
-    search_mode = "snapshot"  # a transaction, for the setting below
+    search_mode = "snapshot"  # a transaction, for the settings of `prepare_search`
 
-    def prepare_search(self, conn: Connection) -> None:
-        # The terms of the query are the scope's (a chat's or a user's): the GIN index finds
-        # the scope's candidates, however large the database. Walking the messages' primary
-        # key backwards and filtering (what a planner may pick for a common word, to stop
-        # after the newest matches) reads the whole database's history when the scope's
-        # matches are old or few: a search must never depend on that guess, so in the
-        # search's transaction index scans (and sequential scans) are off and the GIN index
-        # is read as a bitmap, the matches then sorted newest first.
-        conn.execute(_SEARCH_PLANS)
+    def prepare_search(
+        self, conn: Connection, scope: Literal["chat", "user"], scope_id: str
+    ) -> object:
+        # A search must never depend on the planner's guess of where the scope's matches
+        # are: in its transaction index scans (and sequential scans) are off and the GIN
+        # index is read as a bitmap, the matches then sorted newest first, except where the
+        # search itself chooses to walk the newest rows (`postgresql_search`).
+        return self._plans.prepare(conn, scope, scope_id)
+
+    def fetch_candidates(
+        self, conn: Connection, statement: Select[Any], params: dict[str, Any], prepared: object
+    ) -> Sequence[Any]:
+        return self._plans.fetch(conn, statement, params, prepared)
 
     def enter_schema(self, connection: Connection, schema: str, *, create: bool) -> None:
         # The schema unqualified names resolve to: ``SET LOCAL`` (``set_config(..., true)``,

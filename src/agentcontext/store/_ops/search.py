@@ -54,10 +54,10 @@ def search(
     limit: int,
 ) -> list[SearchResult]:
     """The best ``limit`` matches among the newest `window` ones (read)."""
-    dialect.prepare_search(conn)
+    prepared = dialect.prepare_search(conn, scope, scope_id)
     sealer = dialect.sealer
     if not sealer.encrypted:
-        return _search(conn, dialect, scope, scope_id, query, roles, limit, None)
+        return _search(conn, dialect, scope, scope_id, query, roles, limit, None, prepared)
 
     # Terms are hashed under the search key of the user whose text it is: the chat's owner,
     # as the sealer last saw it (checked against the chat row when nothing is found).
@@ -65,7 +65,7 @@ def search(
         search_key = None if owner is None else sealer.search_key(owner)
         if search_key is None:
             return []  # an unknown chat, or a user with no key: nothing of theirs is stored
-        return _search(conn, dialect, scope, scope_id, query, roles, limit, search_key)
+        return _search(conn, dialect, scope, scope_id, query, roles, limit, search_key, prepared)
 
     def owner() -> str | None:  # read from the chat row, and remembered for the next search
         found = _chats.owner_of(conn, scope_id)
@@ -91,6 +91,7 @@ def _search(
     roles: Sequence[str] | None,
     limit: int,
     search_key: bytes | None,
+    prepared: object,
 ) -> list[SearchResult]:
     key = (dialect.name, scope, bool(roles))
     statement = _STATEMENTS.get(key)
@@ -108,7 +109,7 @@ def _search(
     matches: list[tuple[Any, list[str], str]] = []
     before = _NO_SEQ_BOUND
     while len(matches) < size:
-        rows = conn.execute(statement, {**params, "before_seq": before}).all()
+        rows = dialect.fetch_candidates(conn, statement, {**params, "before_seq": before}, prepared)
         for row in rows:
             data = checked_data(dialect, row[6], row[2], row[1])
             searchable = _text.indexed_text(data) if data is not None else ""
