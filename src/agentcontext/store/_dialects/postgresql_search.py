@@ -53,7 +53,7 @@ BITMAP_MATCHES = 20_000
 """A scope of at most this many messages, or a query expected to match at most this many, is
 read through the GIN index's bitmap."""
 
-_GROWTH = 4
+_GROWTH = 2
 """Each window of a walk that did not fill its page is this many times the one before."""
 
 INT4_ARRAY = postgresql.ARRAY(Integer)
