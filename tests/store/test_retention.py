@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import json
 import random
@@ -38,7 +39,7 @@ from agentcontext.store import SqlContextStore
 from agentcontext.store._db.schema import Base
 from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
-from agentcontext.store._ops.retention import TABLES
+from agentcontext.store._ops.retention import TABLES, collect_if_due
 from agentcontext.store.records import MessageRecord, compaction_id
 from tests.helpers import chain, rec
 
@@ -734,3 +735,27 @@ async def test_purge_deletes_in_batches_and_a_rewind_meanwhile_is_kept(
     assert (await store.get_message("c-1499")) is None
     assert (await _counts(store))["messages"] == 801
     assert len(progress) >= 2
+
+
+def test_a_full_collection_that_is_due_runs_between_batches_not_inside_one() -> None:
+    """The interpreter runs a full collection at the first allocation after its oldest
+    generation's count passes the threshold; between two batches the retention runs it first,
+    so that it does not fall inside the next batch while that holds the locks."""
+    threshold = gc.get_threshold()[2]
+    gc.collect()
+    assert gc.get_count()[2] == 0
+    for _ in range(threshold - 1):
+        gc.collect(1)  # each younger collection counts toward the oldest generation's
+    assert gc.get_count()[2] == threshold - 1
+    assert not collect_if_due()  # not due yet: nothing run, the count kept
+    assert gc.get_count()[2] == threshold - 1
+    gc.collect(1)
+    assert collect_if_due()  # due: the full collection ran, the count starts again
+    assert gc.get_count()[2] == 0
+    gc.disable()
+    try:
+        for _ in range(threshold):
+            gc.collect(1)
+        assert not collect_if_due()  # the application turned collection off: left alone
+    finally:
+        gc.enable()

@@ -10,7 +10,8 @@ batch at a time after one transaction that makes its kept parts whole. A run cut
 (cancelled, or a connection lost) has deleted whole chats or none of one, and running it again
 finishes the job; each report counts what its run deleted. Between batches the run yields for a
 moment (`Dialect.retention_pause`), so that a writer of a database with one writer at a time
-(SQLite, another process included) gets its turn.
+(SQLite, another process included) gets its turn; a full garbage collection of the process
+that is due runs there too, rather than inside a batch that holds the locks.
 
 A purge keeps, for every branch head and checkpoint, what resolving it needs: the chain after
 the deepest compaction on it, the compaction point itself and its summary, or the whole chain
@@ -23,6 +24,7 @@ below it count from 1 again, so every stored chain stays whole.
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -249,7 +251,9 @@ async def delete_matching(
 
 async def _between_batches(db: Database, dialect: Dialect, took: float) -> None:
     """The pause after a batch that took ``took`` seconds (`Dialect.retention_pause`), the
-    write-ahead log checkpointed at its start where the dialect says so."""
+    write-ahead log checkpointed at its start where the dialect says so, and a full garbage
+    collection that is due run in it (`collect_if_due`)."""
+    collect_if_due()  # (it blocks this process: the whole pause comes after it)
     pause = dialect.retention_pause(took)
     if dialect.checkpoints_after_batches:
         loop = asyncio.get_running_loop()
@@ -258,6 +262,23 @@ async def _between_batches(db: Database, dialect: Dialect, took: float) -> None:
         pause -= loop.time() - began
     if pause > 0:
         await asyncio.sleep(pause)
+
+
+def collect_if_due() -> bool:
+    """Run the garbage collector's full collection now if the next automatic one would be
+    full (whether it ran). The interpreter runs one when its oldest generation's count passes
+    its threshold, at whatever allocation comes next: inside a batch it would run while the
+    batch holds its locks (on SQLite the database's one write lock, which writers of other
+    chats and processes wait for), and a full collection of a large process takes tens or
+    hundreds of milliseconds. Run between batches, it costs the same and blocks no one."""
+    if not gc.isenabled():
+        return False
+    threshold = gc.get_threshold()
+    count = gc.get_count()
+    if len(threshold) < 3 or len(count) < 3 or threshold[2] <= 0 or count[2] < threshold[2]:
+        return False
+    gc.collect()
+    return True
 
 
 def _next_budget(budget: int, size: int, took: float, seconds: float = BATCH_SECONDS) -> int:
