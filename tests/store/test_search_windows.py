@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -111,6 +112,22 @@ def bounds() -> Iterator[None]:
     postgresql_search.BITMAP_MATCHES = saved
 
 
+@contextmanager
+def window_statements(store: SqlContextStore) -> Iterator[list[str]]:
+    """The window statements (`postgresql_search`'s walk) the store runs meanwhile."""
+    windows: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "'{}'::int4[]" in statement:
+            windows.append(statement)
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        yield windows
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", seen)
+
+
 async def search(store: SqlContextStore, scope: str, query: str, limit: int) -> list[Any]:
     if scope == "user":
         hits = await store.search_user_messages("big", query, limit=limit)
@@ -143,17 +160,8 @@ async def test_windows_find_what_the_bitmap_finds(
     postgresql_search.BITMAP_MATCHES = 10**9  # every search reads the bitmap
     expected = await search(store, scope, query, limit)
     postgresql_search.BITMAP_MATCHES = 10  # a scope (or a query) of more than 10 is large
-    windows: list[str] = []
-
-    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if "'{}'::int4[]" in statement:
-            windows.append(statement)
-
-    event.listen(store.engine.sync_engine, "before_cursor_execute", seen)
-    try:
+    with window_statements(store) as windows:
         found = await search(store, scope, query, limit)
-    finally:
-        event.remove(store.engine.sync_engine, "before_cursor_execute", seen)
     assert found == expected
     if query == "common":  # in 9 of 10 messages: the planner expects hundreds
         assert windows, "a common word in a large scope was not read by windows"
@@ -164,19 +172,10 @@ async def test_a_small_scope_or_a_rare_word_reads_the_bitmap(
 ) -> None:
     store = stores["spread"]
     postgresql_search.BITMAP_MATCHES = 1000  # the big user's 600 messages are "small"
-    windows: list[str] = []
-
-    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if "'{}'::int4[]" in statement:
-            windows.append(statement)
-
-    event.listen(store.engine.sync_engine, "before_cursor_execute", seen)
-    try:
+    with window_statements(store) as windows:
         assert await store.search_user_messages("big", "common", limit=5)
         postgresql_search.BITMAP_MATCHES = 100  # a large scope, but "rare" is expected rare
         await store.search_user_messages("big", "rare", limit=5)
-    finally:
-        event.remove(store.engine.sync_engine, "before_cursor_execute", seen)
     assert windows == []
 
 
