@@ -444,10 +444,15 @@ class Database:
         aiosqlite stops the worker thread of a connection that failed to open without waiting
         for it; the thread then reports to the event loop, which may be closed by then (a
         command line that exits on the error), and prints a traceback. Waiting a moment for
-        that thread to end keeps the failure clean.
+        that thread to end keeps the failure clean. (Not when the database was only locked:
+        no thread is stopping then, and the wait would last its whole two seconds.)
         """
         error = self.translate(exc)
-        if isinstance(error, StoreUnavailableError) and driver_threads():
+        if (
+            isinstance(error, StoreUnavailableError)
+            and is_connection_error(exc)
+            and driver_threads()
+        ):
             await settle_driver_threads(keep_alive=True)
         return error
 

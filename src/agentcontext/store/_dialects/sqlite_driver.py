@@ -10,6 +10,19 @@ and a read one.
 
 Everything else is SQLAlchemy's: the engine, its pool, the connection's mutex, the exceptions
 it translates, and the server-side cursors (`stream`), which keep the adapter's own cursor.
+
+**Waiting for the lock.** SQLite's own busy handler (``sqlite3.connect(timeout=...)``) sleeps
+between its tries for 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50 and then 100 ms: a writer that
+finds the database locked for 80 ms wakes next at 103 ms, and one that finds it locked again at
+each of its tries can sleep through the gaps between another process's short transactions (a
+retention run's batches) altogether. Here the handler is off and the statement itself is tried
+again, every half millisecond at first and at most every two, until the timeout the connection
+was opened with: a writer gets the lock within 2 ms of its release. A statement is tried again
+only when SQLite's handler would have waited for it (outside a transaction, or first in one)
+and SQLite says it did nothing (``SQLITE_BUSY``, ``SQLITE_BUSY_RECOVERY``; not
+``SQLITE_BUSY_SNAPSHOT``, whose transaction must start over), and so is a ``COMMIT``. The
+server-side cursors' statements wait the same way.
+
 The adapter is used by stores made from a URL, through ``create_async_engine(module=...)``;
 an engine a caller made keeps the cursor it was made with. Should aiosqlite lose the call
 that runs a function on its thread (``Connection._execute``, the one SQLAlchemy's own adapter
@@ -20,25 +33,93 @@ from __future__ import annotations
 
 import collections
 import sqlite3
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import aiosqlite
 from sqlalchemy.dialects.sqlite.aiosqlite import (
     AsyncAdapt_aiosqlite_connection,
     AsyncAdapt_aiosqlite_cursor,
     AsyncAdapt_aiosqlite_dbapi,
+    AsyncAdapt_aiosqlite_ss_cursor,
 )
 from sqlalchemy.util import EMPTY_DICT
+from sqlalchemy.util.concurrency import await_only as await_
 
 __all__ = ["DBAPI"]
+
+T = TypeVar("T")
 
 _Outcome = tuple[Any, list[Any], int, int | None]
 """What a statement gives: its description, its rows, its row count and last row id."""
 
 
-def _run(driver: Any, operation: str, parameters: Any, many: bool) -> _Outcome:
+_RETRIED = frozenset({5, 261})
+"""``SQLITE_BUSY`` and ``SQLITE_BUSY_RECOVERY``: the lock was not free and nothing was done."""
+
+_SQLITE_DEFAULT_TIMEOUT = 5.0
+"""``sqlite3.connect``'s own default (stores pass ``sqlite_busy_timeout``, 30 s by default)."""
+
+_pause = time.sleep  # (the tests watch the pauses here)
+_FIRST_PAUSE = 0.0005
+_LONGEST_PAUSE = 0.002
+
+
+def _patiently(attempt: Callable[[], T], patience: float, again: Callable[[], bool]) -> T:
+    """``attempt()``, tried again while SQLite finds the database locked and ``again()`` says
+    nothing was done, for at most ``patience`` seconds after the first refusal."""
+    deadline = pause = 0.0
+    while True:
+        try:
+            return attempt()
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", None) not in _RETRIED or not again():
+                raise
+            now = time.monotonic()
+            if not deadline:
+                deadline, pause = now + patience, _FIRST_PAUSE
+            elif now >= deadline:
+                raise
+            _pause(min(pause, deadline - now))
+            pause = min(pause * 1.5, _LONGEST_PAUSE)
+
+
+def _run(connection: _Connection, operation: str, parameters: Any, many: bool) -> _Outcome:
     """On aiosqlite's thread: the statement, from opening a cursor to closing it."""
-    cursor: sqlite3.Cursor = driver._conn.cursor()
+    sqlite: sqlite3.Connection = connection._connection._conn
+    return _waiting(connection, lambda: _once(sqlite, operation, parameters, many), many)
+
+
+def _waiting(connection: _Connection, attempt: Callable[[], T], many: bool) -> T:
+    """On aiosqlite's thread: a statement, tried again while the database is locked where
+    SQLite's busy handler would have waited: outside a transaction, or first in one (a
+    transaction that has read sees BUSY at once, since waiting could deadlock)."""
+    sqlite: sqlite3.Connection = connection._connection._conn
+    opened = sqlite.in_transaction
+    may_wait = not opened or connection.fresh
+    changes = sqlite.total_changes
+    outcome = _patiently(
+        attempt,
+        connection.patience,
+        # executemany outside a transaction commits row by row: once a row is in, the rest
+        # cannot simply be tried again.
+        lambda: may_wait and (not many or sqlite.total_changes == changes),
+    )
+    # BEGIN (or SAVEPOINT) opened a transaction that has not touched the database yet.
+    connection.fresh = not opened and sqlite.in_transaction
+    return outcome
+
+
+def _commit(connection: _Connection) -> None:
+    """On aiosqlite's thread: COMMIT, tried again while the database is locked (a rollback
+    journal's COMMIT waits for readers to finish; in WAL mode it never waits)."""
+    _patiently(connection._connection._conn.commit, connection.patience, lambda: True)
+
+
+def _once(sqlite: sqlite3.Connection, operation: str, parameters: Any, many: bool) -> _Outcome:
+    """The statement, from opening a cursor to closing it."""
+    cursor = sqlite.cursor()
     try:
         if many:
             cursor.executemany(operation, parameters)
@@ -98,7 +179,9 @@ class _Cursor(AsyncAdapt_aiosqlite_cursor):
     async def _statement(self, operation: Any, parameters: Any, *, many: bool) -> None:
         driver = self._connection
         async with self._adapt_connection._execute_mutex:
-            outcome: _Outcome = await driver._execute(_run, driver, operation, parameters, many)
+            outcome: _Outcome = await driver._execute(
+                _run, self._adapt_connection, operation, parameters, many
+            )
         self._description, rows, self._rowcount, self._lastrowid = outcome
         self._rows = collections.deque(rows)
 
@@ -115,17 +198,52 @@ class _Cursor(AsyncAdapt_aiosqlite_cursor):
         """sqlite3 needs no input sizes."""
 
 
-class _Connection(AsyncAdapt_aiosqlite_connection):
+class _ServerSideCursor(AsyncAdapt_aiosqlite_ss_cursor):
+    """SQLAlchemy's server-side cursor (``stream``), whose statement waits for the lock too."""
+
     __slots__ = ()
+
+    async def _execute_async(self, operation: Any, parameters: Any) -> Any:
+        connection = self._adapt_connection
+        raw: sqlite3.Cursor = cast(Any, self._cursor)._cursor  # aiosqlite's sqlite3 cursor
+        args = () if parameters is None else (parameters,)
+        async with connection._execute_mutex:
+            await connection._connection._execute(
+                _waiting, connection, lambda: raw.execute(operation, *args), False
+            )
+        return self._cursor
+
+
+class _Connection(AsyncAdapt_aiosqlite_connection):
+    """A connection whose statements and commits wait for the lock themselves, for at most
+    ``patience`` seconds (the ``timeout`` it was opened with)."""
+
+    __slots__ = ("fresh", "patience")
     _cursor_cls: type[AsyncAdapt_aiosqlite_cursor] = _Cursor
+    _ss_cursor_cls = _ServerSideCursor
+
+    def __init__(self, dbapi: Any, connection: Any, patience: float) -> None:
+        super().__init__(dbapi, connection)
+        self.patience = patience
+        self.fresh = False  # (read and written on the driver's thread only)
+
+    def commit(self) -> None:
+        driver = self._connection
+        if driver._connection:
+            try:
+                await_(driver._execute(_commit, self))
+            except Exception as error:
+                self._handle_exception(error)
 
 
 class _Dbapi(AsyncAdapt_aiosqlite_dbapi):
-    """SQLAlchemy's aiosqlite module, whose connections make `_Cursor` cursors."""
+    """SQLAlchemy's aiosqlite module, whose connections make `_Cursor` cursors and wait for
+    the lock in short steps rather than in SQLite's busy handler."""
 
     def connect(self, *arg: Any, **kw: Any) -> _Connection:
-        adapted = super().connect(*arg, **kw)
-        return _Connection(self, adapted._connection)
+        patience = float(kw.pop("timeout", _SQLITE_DEFAULT_TIMEOUT))
+        adapted = super().connect(*arg, timeout=0.0, **kw)
+        return _Connection(self, adapted._connection, patience)
 
 
 DBAPI: _Dbapi | None = (
