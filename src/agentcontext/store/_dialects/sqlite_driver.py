@@ -66,6 +66,10 @@ _FIRST_PAUSE = 0.0005
 _LONGEST_PAUSE = 0.002
 
 
+def _locked(exc: sqlite3.OperationalError) -> bool:
+    return getattr(exc, "sqlite_errorcode", None) in _RETRIED
+
+
 def _patiently(attempt: Callable[[], T], patience: float, again: Callable[[], bool]) -> T:
     """``attempt()``, tried again while SQLite finds the database locked and ``again()`` says
     nothing was done, for at most ``patience`` seconds after the first refusal."""
@@ -74,7 +78,7 @@ def _patiently(attempt: Callable[[], T], patience: float, again: Callable[[], bo
         try:
             return attempt()
         except sqlite3.OperationalError as exc:
-            if getattr(exc, "sqlite_errorcode", None) not in _RETRIED or not again():
+            if not _locked(exc) or not again():
                 raise
             now = time.monotonic()
             if not deadline:
@@ -99,13 +103,22 @@ def _waiting(connection: _Connection, attempt: Callable[[], T], many: bool) -> T
     opened = sqlite.in_transaction
     may_wait = not opened or connection.fresh
     changes = sqlite.total_changes
-    outcome = _patiently(
-        attempt,
-        connection.patience,
-        # executemany outside a transaction commits row by row: once a row is in, the rest
-        # cannot simply be tried again.
-        lambda: may_wait and (not many or sqlite.total_changes == changes),
-    )
+    try:
+        outcome = _patiently(
+            attempt,
+            connection.patience,
+            # executemany outside a transaction commits row by row: once a row is in, the
+            # rest cannot simply be tried again.
+            lambda: may_wait and (not many or sqlite.total_changes == changes),
+        )
+    except sqlite3.OperationalError as exc:
+        # A refusal for the lock leaves a transaction as it was; another failure may have
+        # read first.
+        connection.fresh = connection.fresh and _locked(exc)
+        raise
+    except BaseException:
+        connection.fresh = False
+        raise
     # BEGIN (or SAVEPOINT) opened a transaction that has not touched the database yet.
     connection.fresh = not opened and sqlite.in_transaction
     return outcome
