@@ -24,6 +24,7 @@ from agentcontext import (
     assistant_text,
     user,
 )
+from agentcontext.store._db import database
 from agentcontext.store._dialects import sqlite_driver
 
 
@@ -197,8 +198,16 @@ async def test_a_save_waits_for_another_connections_lock_in_short_steps(
 
 
 async def test_a_lock_held_past_the_busy_timeout_is_a_clear_error_and_writes_nothing(
-    tmp_path: Path, holders: Any
+    tmp_path: Path, holders: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    settled: list[object] = []
+
+    async def settle(**kwargs: object) -> None:
+        settled.append(kwargs)
+
+    # A connection that failed to open makes the store wait (up to 2 s) for its driver
+    # thread to stop; a locked database stops no thread, so there is nothing to wait for.
+    monkeypatch.setattr(database, "settle_driver_threads", settle)
     path = tmp_path / "timeout.db"
     async with SqlContextStore(url(path), sqlite_busy_timeout=0.05) as store:
         engine = await _chat(store)
@@ -208,6 +217,7 @@ async def test_a_lock_held_past_the_busy_timeout_is_a_clear_error_and_writes_not
         with pytest.raises(StoreUnavailableError, match="sqlite_busy_timeout"):
             await engine.save()
         assert len(holder.pauses) > 1
+        assert settled == []
         holder.connection.execute("COMMIT")
         await engine.save()  # the same call again, now the lock is free
         fresh = ContextEngine(store=store, chat_id="c", user_id="u")
