@@ -431,9 +431,10 @@ class SqliteDialect(Dialect):
                 "INSERT INTO messages_fts (messages_fts, rank) VALUES ('merge', ?)", (pages,)
             )
 
-    # One writer at a time, other processes included. A writer kept waiting polls at SQLite's
-    # busy handler's steps (1, 3, 8, 18, 33, 53, 78, 103 ms after it starts waiting): short
-    # batches and a pause longer than a step let it in within about 50 ms.
+    # One writer at a time, other processes included. A writer kept waiting tries again every
+    # 0.5-2 ms (`sqlite_driver`; an engine a caller built polls at SQLite's busy handler's
+    # steps, 1, 3, 8, 18, 33, 53, 78, 103 ms after it starts waiting): short batches and a
+    # pause between them let it in.
     retention_seconds = 0.02
 
     def retention_pause(self, took: float) -> float:
