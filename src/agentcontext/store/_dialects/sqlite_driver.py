@@ -11,7 +11,7 @@ and a read one.
 Everything else is SQLAlchemy's: the engine, its pool, the connection's mutex, the exceptions
 it translates, and the server-side cursors (`stream`), which keep the adapter's own cursor.
 
-**Waiting for the lock.** SQLite's own busy handler (``sqlite3.connect(timeout=...)``) sleeps
+**Waiting for the lock.** SQLite's own busy handler (the driver's ``timeout`` argument) sleeps
 between its tries for 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50 and then 100 ms: a writer that
 finds the database locked for 80 ms wakes next at 103 ms, and one that finds it locked again at
 each of its tries can sleep through the gaps between another process's short transactions (a
@@ -59,7 +59,8 @@ _RETRIED = frozenset({5, 261})
 """``SQLITE_BUSY`` and ``SQLITE_BUSY_RECOVERY``: the lock was not free and nothing was done."""
 
 _SQLITE_DEFAULT_TIMEOUT = 5.0
-"""``sqlite3.connect``'s own default (stores pass ``sqlite_busy_timeout``, 30 s by default)."""
+"""The sqlite3 module's own default ``timeout`` (stores pass ``sqlite_busy_timeout``, 30 s by
+default)."""
 
 _pause = time.sleep  # (the tests watch the pauses here)
 _FIRST_PAUSE = 0.0005
