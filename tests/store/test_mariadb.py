@@ -255,3 +255,55 @@ async def test_search_entries_are_written_in_key_order_so_pages_stay_full(
     )
     assert entries > 150_000
     assert entries / pages > 350, (entries, pages)
+
+
+async def test_search_entries_leave_with_their_messages_on_every_delete(
+    store: SqlContextStore, url: str
+) -> None:
+    # The side table has no foreign key to delete them (migration 0012): the store does.
+    from datetime import UTC, datetime, timedelta
+
+    from tests.store.test_retention import _graph
+
+    async def orphans() -> int:
+        [[count]] = await _my_exec(
+            url,
+            "SELECT COUNT(*) FROM message_terms AS t WHERE NOT EXISTS "
+            "(SELECT 1 FROM messages AS m WHERE m.seq = t.seq)",
+        )
+        return int(count)
+
+    async def entries() -> int:
+        [[count]] = await _my_exec(url, "SELECT COUNT(*) FROM message_terms")
+        return int(count)
+
+    [[keys]] = await _my_exec(
+        url,
+        "SELECT COUNT(*) FROM information_schema.referential_constraints "
+        "WHERE constraint_schema = DATABASE() AND table_name = 'message_terms'",
+    )
+    assert keys == 0
+    await _graph(store, "purged")
+    for chat_id, owner in (("kept", "u"), ("deleted", "u"), ("erased", "gone"), ("old", "old")):
+        engine = ContextEngine(store=store, chat_id=chat_id, user_id=owner)
+        engine.set(user("otters hold hands?"), assistant_text("otters hold hands."))
+        await engine.save()
+    steps = [
+        ("purge", lambda: store.purge("purged")),
+        ("delete_chat", lambda: store.delete_chat("deleted")),
+        ("erase_user", lambda: store.erase_user("gone")),
+        (
+            "prune",
+            lambda: store.prune(older_than=datetime.now(UTC) + timedelta(days=1), user_id="old"),
+        ),
+    ]
+    for name, step in steps:
+        before = await entries()
+        await step()
+        assert await entries() < before, name
+        assert await orphans() == 0, name
+    hits = await store.search_messages("kept", "otters")
+    assert len(hits) == 2
+    assert await store.delete_chat("purged")
+    assert await store.delete_chat("kept")
+    assert await entries() == 0

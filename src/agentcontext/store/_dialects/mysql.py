@@ -104,8 +104,8 @@ TERMS = Table(
     Column("term", BigInteger, primary_key=True),
 )
 """The search index of MariaDB/MySQL (made by the migrations): one row per search term of a
-message, keyed ``(seq, term)`` and indexed ``(term, seq)``; a cascading foreign key deletes a
-message's entries with it."""
+message, keyed ``(seq, term)`` and indexed ``(term, seq)``; `MySQLDialect.delete_messages`
+deletes a message's entries with it (no foreign key: migration 0012)."""
 
 PACKET_NEEDED = 64 * 2**20
 """The ``max_allowed_packet`` a store needs for its largest message: 16 MiB of text, in JSON
@@ -173,7 +173,7 @@ class MySQLDialect(Dialect):
     migration_only = frozenset(
         {"message_terms", "active_chat_id", "uq_branches_chat_id_active", "ix_messages_compactions"}
     )
-    entries_go_with_rows = True  # message_terms' foreign key cascades
+    entries_go_with_rows = True  # delete_messages deletes them first
     compound_append = True
     """Whether an append on MariaDB is one compound statement (`_append_compound`); MySQL
     has none and runs its statements one by one (as MariaDB does with this off)."""
@@ -356,6 +356,10 @@ class MySQLDialect(Dialect):
         return [(i, seq) for i, seq, chat_id in found if wanted.get(i) == chat_id]
 
     def delete_messages(self, conn: Connection, where: ColumnElement[bool]) -> int:
+        # The search entries first: the side table has no foreign key to check on each of
+        # the hundred rows a message's save writes (migration 0012), so they go here, the one
+        # way messages are deleted.
+        _unindex(conn, [int(seq) for seq in conn.execute(select(M.c.seq).where(where)).scalars()])
         # InnoDB checks a foreign key at each row, not at the end of the statement: a parent
         # deleted before its child would be refused. The links inside what goes are cut first.
         conn.execute(update(M).where(where, M.c.parent_id.is_not(None)).values(parent_id=None))
@@ -512,11 +516,7 @@ class MySQLDialect(Dialect):
             )  # fmt: skip
 
     def unindex_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
-        # Rows about to be rewritten in place: all their entries go (the PRIMARY KEY starts
-        # with seq). A deleted row's go with it (the foreign key cascades).
-        seqs = [seq for seq, _ in rows]
-        for start in range(0, len(seqs), 2000):
-            conn.execute(delete(TERMS).where(TERMS.c.seq.in_(seqs[start : start + 2000])))
+        _unindex(conn, [seq for seq, _ in rows])
 
     def _candidates(self, scope: ColumnElement[bool]) -> Select[Any]:
         # The first term's rows of the scope, newest first, that every other term has too:
@@ -670,6 +670,13 @@ _REASONS: dict[str, Literal["branch", "owner", "moved"]] = {
     "owner": "owner",
     "moved": "moved",
 }
+
+
+def _unindex(conn: Connection, seqs: Sequence[int]) -> None:
+    """Delete every search entry of these messages (the PRIMARY KEY starts with seq: the
+    terms are not needed)."""
+    for start in range(0, len(seqs), 2000):
+        conn.execute(delete(TERMS).where(TERMS.c.seq.in_(seqs[start : start + 2000])))
 
 
 def _refused_reason(exc: BaseException) -> Literal["branch", "owner", "moved"] | None:
