@@ -470,7 +470,8 @@ class MySQLDialect(Dialect):
             )  # fmt: skip
         # Each message's search entries in key order (seq, then term).
         entries = [sorted(int8_terms(row.terms)) for row in rows]
-        params += [row.id for row, terms in zip(rows, entries, strict=True) if terms]
+        if len(rows) > 1:  # (one row's seq is the insert's LAST_INSERT_ID())
+            params += [row.id for row, terms in zip(rows, entries, strict=True) if terms]
         params += (encode_time(touched_at), chat_id, new_head, branch_id)
         sql = _compound_append(self._names(conn), len(rows), entries)
         _check_packet(conn, [row.data for row in rows] + [sql])
@@ -629,9 +630,9 @@ def _compound_append(names: Mapping[str, str], count: int, entries: list[list[in
     """The compound statement of an append of ``count`` rows whose search entries are
     ``entries`` (one list per row). Its parameters, in order: the owner, the expected head,
     the version's bump, the chat, the branch; each row's id, chat, parent, name, type, data
-    and time; the id of each row that has entries; the time of the chat's activity, the
-    chat, the new head, the branch. What is formatted in are quoted table names and
-    integers; every other value is a parameter."""
+    and time; the id of each row that has entries (if there are several rows); the time of
+    the chat's activity, the chat, the new head, the branch. What is formatted in are quoted
+    table names and integers; every other value is a parameter."""
     chats, branches, messages = names["chats"], names["branches"], names["messages"]
     # The chat row, then the branch row, locked (every writer's lock order); the owner and
     # the head compared in the columns' binary collation; nothing written before the checks.
@@ -651,10 +652,15 @@ def _compound_append(names: Mapping[str, str], count: int, entries: list[list[in
     for terms in entries:
         if terms:  # under the seq the server gave the row
             parts += (
-                f"SELECT seq INTO s FROM {messages} WHERE id = %s; INSERT IGNORE INTO ",  # noqa: S608
+                "SET s = LAST_INSERT_ID(); "  # the seq of the one row inserted
+                if count == 1
+                else f"SELECT seq INTO s FROM {messages} WHERE id = %s; ",  # noqa: S608
+                "INSERT IGNORE INTO ",
                 names["message_terms"],
                 " (seq, term) VALUES ",
-                ", ".join([f"(s, {term:d})" for term in terms]),
+                "(s, ",
+                "), (s, ".join(map(str, terms)),  # (ints: nothing else is formatted in)
+                ")",
                 "; ",
             )
     parts.append(
