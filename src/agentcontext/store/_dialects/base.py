@@ -471,28 +471,10 @@ class Dialect(abc.ABC):
         """Remove a chat's messages from a search index kept apart from their rows, before the
         rows are deleted."""
 
-    def hold_search_merges(self, conn: Connection) -> Any:
-        """At the start of a retention batch (its write transaction), before it removes any
-        search entry: keep the batch's writes to a search index kept apart from the rows from
-        merging the index's levels as they go (work that grows with the whole index). What
-        this returns goes to `tidy_search_index` at the batch's end; the merging is done
-        between batches instead (`merge_search_index`)."""
-        return None
-
-    def tidy_search_index(self, conn: Connection, deleted: int, held: Any = None) -> None:  # noqa: B027 - optional
+    def tidy_search_index(self, conn: Connection, deleted: int) -> None:  # noqa: B027 - optional
         """After ``deleted`` messages were removed in bulk (a prune, an erasure, a purge): give
         back the space their entries held in a search index kept apart from their rows, with
-        work bounded by ``deleted`` (never a merge of the whole index); then undo
-        `hold_search_merges` (``held``: what it returned)."""
-
-    merges_search_index: ClassVar[bool] = False
-    """Whether a retention run calls `merge_search_index` between its batches."""
-
-    def merge_search_index(self, conn: Connection, pages: int) -> bool:
-        """Between retention batches (a write transaction of its own): about ``pages`` pages
-        of the merging the index's writes would have done (levels due to be merged only);
-        whether there was any to do."""
-        return False
+        work bounded by ``deleted`` (never a merge of the whole index)."""
 
     retention_seconds: ClassVar[float] = 0.04
     """The work one batch of a retention run aims at (see `_ops.retention`)."""

@@ -418,39 +418,18 @@ class SqliteDialect(Dialect):
                 batch,
             )
 
-    def hold_search_merges(self, conn: Connection) -> int:
-        # After each write, FTS5 merges as many pages as were written, at every level of the
-        # index, once 64 leaf pages have been written since its last merge ('automerge'):
-        # at a million messages one batch's write could take 40 ms more, whichever batch
-        # crossed the line (the longest a concurrent save waited). Off in the batch's own
-        # transaction (the setting is read from the table, and back before the commit);
-        # `merge_search_index` does the work in short transactions of its own.
-        found = conn.exec_driver_sql(_AUTOMERGE).scalar()
-        conn.exec_driver_sql(_SET, ("automerge", 0))
-        return _DEFAULT_AUTOMERGE if found is None else int(found)
-
-    def tidy_search_index(self, conn: Connection, deleted: int, held: Any = None) -> None:
+    def tidy_search_index(self, conn: Connection, deleted: int) -> None:
         # A contentless FTS5 table keeps a deleted row's entries as tombstones until its
         # segments merge. A 'merge' of N pages (a few KiB each) does at most that much work of
         # the merging that writes do anyway (automerge), so the space comes back as the index
         # is written to, a little at a time, at a cost bounded by what was deleted: a deleted
         # message's terms are a few hundred bytes. (A negative N, a merge of every segment,
-        # would cost what the whole index holds.) The 'merge' writes what the batch left in
-        # memory first: nothing is left for the commit to write after 'automerge' is back.
+        # would cost what the whole index holds.)
         if deleted > 0:
-            conn.exec_driver_sql(_SET, ("merge", max(4, deleted // 16)))
-        if held is not None:
-            conn.exec_driver_sql(_SET, ("automerge", held))
-
-    merges_search_index = True
-
-    def merge_search_index(self, conn: Connection, pages: int) -> bool:
-        # A positive N merges only levels that hold 'usermerge' (4) segments or more, or
-        # finishes a merge begun: what automerge would have done. FTS5's own test of whether
-        # there was work: total_changes() moves by 2 or more.
-        before = int(conn.exec_driver_sql("SELECT total_changes()").scalar_one())
-        conn.exec_driver_sql(_SET, ("merge", pages))
-        return int(conn.exec_driver_sql("SELECT total_changes()").scalar_one()) - before >= 2
+            pages = max(4, deleted // 16)
+            conn.exec_driver_sql(
+                "INSERT INTO messages_fts (messages_fts, rank) VALUES ('merge', ?)", (pages,)
+            )
 
     # One writer at a time, other processes included. A writer kept waiting tries again every
     # 0.5-2 ms (`sqlite_driver`; an engine a caller built polls at SQLite's busy handler's
@@ -550,12 +529,6 @@ class SqliteDialect(Dialect):
 
 
 _SQLITE = SqliteDialect()
-
-_SET = "INSERT INTO messages_fts (messages_fts, rank) VALUES (?, ?)"
-"""A command or setting of the FTS5 table ('merge', 'automerge')."""
-_AUTOMERGE = "SELECT v FROM messages_fts_config WHERE k = 'automerge'"
-_DEFAULT_AUTOMERGE = 4
-"""FTS5's 'automerge' when the table's configuration does not set it."""
 
 
 _hexes: dict[int, str] = {}

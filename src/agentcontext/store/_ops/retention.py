@@ -74,10 +74,6 @@ BATCH_SECONDS = 0.04
 """The work one batch of a retention run aims at: the longest a writer waits for it."""
 _FIRST_BUDGET = 75
 """Messages the first batch deletes at most (later ones follow the time they take)."""
-_FIRST_MERGE_PAGES = 64
-"""Pages the first step of merging a search index between batches merges (`_Merging`)."""
-_MERGE_STEPS = 8
-"""Steps of that merging after a batch at most (the writes after the run do what is left)."""
 
 TABLES = (
     "chats",
@@ -134,13 +130,12 @@ def delete_chats(conn: Connection, dialect: Dialect, chat_ids: Sequence[str]) ->
     deleted per table."""
     counts = dict.fromkeys(TABLES, 0)
     candidates: set[str] = set()
-    held = dialect.hold_search_merges(conn)
     for chat_id in chat_ids:
         candidates |= _chat_blobs(conn, chat_id)
         for table, deleted in _chats.delete_rows(conn, dialect, chat_id).items():
             counts[table] += deleted
     counts["blobs"] = drop_blobs(conn, candidates)
-    dialect.tidy_search_index(conn, counts["messages"], held)
+    dialect.tidy_search_index(conn, counts["messages"])
     return counts
 
 
@@ -227,7 +222,6 @@ async def delete_matching(
     chats: list[ChatInfo] = []
     counts = dict.fromkeys(TABLES, 0)
     budget = _FIRST_BUDGET
-    merging = _Merging()
     loop = asyncio.get_running_loop()
     start = 0
     while start < total:
@@ -250,34 +244,16 @@ async def delete_matching(
             progress(start, total)
         budget = _next_budget(budget, size, took, dialect.retention_seconds)
         if start < total:
-            await _between_batches(db, dialect, took, merging)
+            await _between_batches(db, dialect, took)
     chats.sort(key=lambda chat: (chat.updated_at, chat.id), reverse=True)
     return chats, counts
 
 
-async def _between_batches(db: Database, dialect: Dialect, took: float, merging: _Merging) -> None:
+async def _between_batches(db: Database, dialect: Dialect, took: float) -> None:
     """The pause after a batch that took ``took`` seconds (`Dialect.retention_pause`), the
     write-ahead log checkpointed at its start where the dialect says so, and a full garbage
-    collection that is due run in it (`collect_if_due`); then, where the dialect merges its
-    search index between batches, steps of that merging, each its own transaction and each
-    followed by a pause of its own."""
+    collection that is due run in it (`collect_if_due`)."""
     collect_if_due()  # (it blocks this process: the whole pause comes after it)
-    await _pause(db, dialect, took)
-    if not dialect.merges_search_index:
-        return
-    loop = asyncio.get_running_loop()
-    for _step in range(_MERGE_STEPS):
-        began = loop.time()
-        worked = await db.run("write", unit(dialect.merge_search_index, merging.pages))
-        step = loop.time() - began
-        if not worked:
-            return
-        merging.pages = _next_budget(merging.pages, merging.pages, step, dialect.retention_seconds)
-        await _pause(db, dialect, step)
-
-
-async def _pause(db: Database, dialect: Dialect, took: float) -> None:
-    """The pause after a transaction of a retention run that took ``took`` seconds."""
     pause = dialect.retention_pause(took)
     if dialect.checkpoints_after_batches:
         loop = asyncio.get_running_loop()
@@ -286,16 +262,6 @@ async def _pause(db: Database, dialect: Dialect, took: float) -> None:
         pause -= loop.time() - began
     if pause > 0:
         await asyncio.sleep(pause)
-
-
-class _Merging:
-    """The pages a step of a run's merging of its search index does (`_between_batches`),
-    following the time the steps take as the batches' size does."""
-
-    __slots__ = ("pages",)
-
-    def __init__(self) -> None:
-        self.pages = _FIRST_MERGE_PAGES
 
 
 def collect_if_due() -> bool:
@@ -449,10 +415,9 @@ def _purge_batch(conn: Connection, dialect: Dialect, chat_id: str, batch: list[s
     )
     if conn.scalar(select(reached)):
         raise _Reached
-    held = dialect.hold_search_merges(conn)
     detached = _detach(conn, present)
     _delete_messages(conn, dialect, present)
-    dialect.tidy_search_index(conn, len(present), held)
+    dialect.tidy_search_index(conn, len(present))
     conn.execute(
         update(C).where(C.c.id == chat_id).values(message_count=C.c.message_count - len(present))
     )
@@ -467,7 +432,6 @@ async def purge(
     deepest first (see the module's documentation)."""
     loop = asyncio.get_running_loop()
     deleted = 0
-    merging = _Merging()
     for _attempt in range(3):
         plan = unit(_purge_plan, dialect, chat_id)
         gone, kept, detached, purged_at = await db.run("write", plan, chat=chat_id)
@@ -486,7 +450,7 @@ async def purge(
                     progress(start, len(gone))
                 budget = _next_budget(budget, len(batch), took, dialect.retention_seconds)
                 if start < len(gone):
-                    await _between_batches(db, dialect, took, merging)
+                    await _between_batches(db, dialect, took)
         except _Reached:
             continue  # reached again meanwhile: plan again from what is there now
         return PurgeReport(
