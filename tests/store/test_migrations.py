@@ -17,7 +17,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentcontext import errors
 from agentcontext.store import InMemoryContextStore, SqlContextStore
@@ -313,3 +313,30 @@ async def test_in_memory_store_is_isolated_and_serialises_transactions() -> None
         await asyncio.gather(*(add(i) for i in range(10)))
         info = await one.list_chats()
         assert info[0].message_count == 30
+
+
+async def test_sqlite_search_index_pages_are_small(tmp_path: Path) -> None:
+    """Revision 0013 sets FTS5's page size (what each merge quantum costs a writer); down to
+    0012 it is FTS5's default again, and messages indexed under either size are found."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'pages.db'}"
+
+    async def page_size(engine: AsyncEngine) -> int | None:
+        async with engine.connect() as conn:
+            found = await conn.scalar(text("SELECT v FROM messages_fts_config WHERE k = 'pgsz'"))
+            return None if found is None else int(found)
+
+    async with SqlContextStore(url) as store:
+        assert await page_size(store.engine) == 1000
+        await store.upsert_chat("c", user_id="u")
+        await store.add_messages(chain("c", 3, prefix="new-"))
+        await _migrate.run_in_write_transaction(
+            store.engine, lambda c: _migrate.downgrade_in_transaction(c, "0012")
+        )
+        assert await page_size(store.engine) == 4050
+        async with store.engine.connect() as conn:
+            assert await conn.run_sync(_migrate.current_revision) == "0012"
+    async with SqlContextStore(url) as store:
+        assert await page_size(store.engine) == 1000
+        await store.add_messages(chain("c", 2, prefix="again-"))
+        found = await store.search_messages("c", "message 1")
+        assert sorted(r.message.id for r in found) == ["again-1", "new-1"]
