@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import func, select, update
+from sqlalchemy import LargeBinary, cast, func, select, update
 
 from agentcontext import (
     ChatExistsError,
@@ -639,6 +639,53 @@ async def test_sqlite_retention_checkpoints_the_log_between_batches(tmp_path: An
         assert len(checkpoints) == len(batches) - 1  # after each batch but the last
         assert not any(checkpoints)  # none inside a transaction
         assert await store.list_chats() == []
+
+
+async def _fts_matches(store: SqlContextStore, kind: str, scope: str) -> int:
+    """How many rows of the SQLite search index match "message" in a scope."""
+    from sqlalchemy import text
+
+    from agentcontext.store._dialects.sqlite import SqliteDialect
+    from agentcontext.store._rows.terms import query_terms
+
+    query = SqliteDialect().search_params(*query_terms(["message"], kind, scope))
+    match = text("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH :q")
+    async with store.engine.connect() as conn:
+        return int(await conn.scalar(match, {"q": query["search_query"]}) or 0)
+
+
+async def test_sqlite_prune_takes_its_chats_out_of_the_search_index(tmp_path: Any) -> None:
+    """The terms to take out are computed ahead of each batch's write transaction; a row that
+    changed since (its data or its owner) has its terms computed again inside it, so the
+    index never keeps an entry of a deleted message, whatever was read ahead."""
+    from agentcontext.store._dialects.sqlite import SqliteDialect
+
+    async with SqlContextStore(f"sqlite+aiosqlite:///{tmp_path / 'fts.db'}") as store:
+        ids = await _old_chats(store, 5, 40)
+        await store.create_chat("keep", user_id="u")
+        await store.add_messages(chain("keep", 7, prefix="keep-"))
+        assert await _fts_matches(store, "user", "u") == 5 * 40 + 7
+        report = await store.prune(older_than=timedelta(days=30))
+        assert sorted(report.chat_ids) == ids
+        for chat_id in ids:
+            assert await _fts_matches(store, "chat", chat_id) == 0
+        assert await _fts_matches(store, "chat", "keep") == 7
+        assert await _fts_matches(store, "user", "u") == 7
+
+        # What was read ahead is used only where the row is as it was read.
+        async with store.engine.begin() as conn:
+            rows = (
+                await conn.execute(
+                    select(M.c.seq, cast(M.c.data, LargeBinary)).where(M.c.chat_id == "keep")
+                )
+            ).all()
+            stale = {  # data that changed; the same data under another owner
+                rows[0][0]: (b'{"stale": true}', "u", "0000000000000000000000"),
+                rows[1][0]: (rows[1][1], "someone-else", "0000000000000000000000"),
+            }
+            await conn.run_sync(lambda c: SqliteDialect().unindex_chat(c, "keep", stale))
+        assert await _fts_matches(store, "chat", "keep") == 0
+        assert await _fts_matches(store, "user", "u") == 0
 
 
 async def test_a_prune_cut_short_leaves_whole_chats_and_finishes_when_run_again(

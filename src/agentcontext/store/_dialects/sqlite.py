@@ -11,7 +11,7 @@ append of a save one statement.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -411,12 +411,7 @@ class SqliteDialect(Dialect):
 
     def unindex_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
         # A contentless FTS5 table forgets a row when given exactly the terms it indexed.
-        batch = [(seq, fts_terms(terms)) for seq, terms in rows if terms.hashes]
-        if batch:
-            conn.exec_driver_sql(
-                "INSERT INTO messages_fts (messages_fts, rowid, tokens) VALUES ('delete', ?, ?)",
-                batch,
-            )
+        _unindex_texts(conn, [(seq, fts_terms(terms)) for seq, terms in rows if terms.hashes])
 
     def tidy_search_index(self, conn: Connection, deleted: int) -> None:
         # A contentless FTS5 table keeps a deleted row's entries as tombstones until its
@@ -506,26 +501,66 @@ class SqliteDialect(Dialect):
             )
         return None
 
-    def unindex_chat(self, conn: Connection, chat_id: str) -> None:
-        last = -1
-        while True:
-            rows = conn.execute(
-                select(M.c.seq, self.raw_json(M.c.data), C.c.user_id, M.c.id)
-                .join_from(M, C, C.c.id == M.c.chat_id)
-                .where(M.c.chat_id == chat_id, M.c.seq > last)
-                .order_by(M.c.seq)
-                .limit(2000)
-            ).all()
-            if not rows:
-                return
-            self.unindex_rows(
-                conn,
-                [
-                    (int(seq), stored_terms(self, raw, chat_id, message_id, user))
-                    for seq, raw, user, message_id in rows
-                ],
-            )
-            last = rows[-1][0]
+    def unindex_ahead(self, conn: Connection, chat_ids: Sequence[str]) -> Mapping[int, Any]:
+        # A message's FTS5 term text, with the raw data and owner it came from: the write
+        # transaction takes it as it is for each row that still has both.
+        ahead: dict[int, tuple[Any, str, str]] = {}
+        for chat_id in chat_ids:
+            for seq, raw, user_id, message_id in _chat_rows(conn, chat_id):
+                try:
+                    terms = stored_terms(self, raw, chat_id, message_id, user_id)
+                except ContextError:
+                    continue  # (a damaged row: the write transaction reports it)
+                ahead[int(seq)] = (raw, user_id, fts_terms(terms))
+        return ahead
+
+    def unindex_chat(
+        self, conn: Connection, chat_id: str, ahead: Mapping[int, Any] | None = None
+    ) -> None:
+        known = ahead or {}
+        batch: list[tuple[int, str]] = []
+        for seq, raw, user_id, message_id in _chat_rows(conn, chat_id):
+            found = known.get(seq)
+            if found is not None and found[1] == user_id and found[0] == raw:
+                text = found[2]
+            else:
+                text = fts_terms(stored_terms(self, raw, chat_id, message_id, user_id))
+            if text:
+                batch.append((int(seq), text))
+            if len(batch) >= _UNINDEX_CHUNK:
+                _unindex_texts(conn, batch)
+                batch = []
+        _unindex_texts(conn, batch)
+
+
+_UNINDEX_CHUNK = 2000
+
+
+def _chat_rows(conn: Connection, chat_id: str) -> Iterator[Any]:
+    """``(seq, raw data, owner, message id)`` of every message of a chat, by ``seq``, read
+    2 000 at a time."""
+    last = -1
+    while True:
+        rows = conn.execute(
+            select(M.c.seq, cast(M.c.data, LargeBinary), C.c.user_id, M.c.id)
+            .join_from(M, C, C.c.id == M.c.chat_id)
+            .where(M.c.chat_id == chat_id, M.c.seq > last)
+            .order_by(M.c.seq)
+            .limit(_UNINDEX_CHUNK)
+        ).all()
+        if not rows:
+            return
+        yield from rows
+        last = rows[-1][0]
+
+
+def _unindex_texts(conn: Connection, batch: Sequence[tuple[int, str]]) -> None:
+    """Take rows out of the contentless FTS5 table, given exactly the terms it indexed."""
+    if batch:
+        conn.exec_driver_sql(
+            "INSERT INTO messages_fts (messages_fts, rowid, tokens) VALUES ('delete', ?, ?)",
+            batch,
+        )
 
 
 _SQLITE = SqliteDialect()

@@ -342,12 +342,15 @@ def delete_chat(conn: Connection, dialect: Dialect, chat_id: str, user_id: str |
     return True
 
 
-def delete_rows(conn: Connection, dialect: Dialect, chat_id: str) -> dict[str, int]:
+def delete_rows(
+    conn: Connection, dialect: Dialect, chat_id: str, ahead: Mapping[int, Any] | None = None
+) -> dict[str, int]:
     """Delete everything of a chat, children before parents, search entries included; the
-    rows deleted per table. Blobs stay (see ``_retention.drop_blobs``)."""
+    rows deleted per table (``ahead``: see `Dialect.unindex_ahead`). Blobs stay (see
+    ``_retention.drop_blobs``)."""
     records = select(RR.c.id).where(RR.c.chat_id == chat_id)
     snapshot_ids = select(SN.c.id).where(SN.c.chat_id == chat_id)
-    dialect.unindex_chat(conn, chat_id)
+    dialect.unindex_chat(conn, chat_id, ahead)
     counts: dict[str, int] = {}
     for table, statement in (
         ("record_messages", delete(RM).where(RM.c.record_id.in_(records))),

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -125,14 +125,19 @@ def drop_blobs(conn: Connection, candidates: set[str]) -> int:
     return dropped
 
 
-def delete_chats(conn: Connection, dialect: Dialect, chat_ids: Sequence[str]) -> dict[str, int]:
+def delete_chats(
+    conn: Connection,
+    dialect: Dialect,
+    chat_ids: Sequence[str],
+    ahead: Mapping[int, Any] | None = None,
+) -> dict[str, int]:
     """Delete whole chats (their rows locked already) and the blobs only they used; the rows
-    deleted per table."""
+    deleted per table (``ahead``: see `Dialect.unindex_ahead`)."""
     counts = dict.fromkeys(TABLES, 0)
     candidates: set[str] = set()
     for chat_id in chat_ids:
         candidates |= _chat_blobs(conn, chat_id)
-        for table, deleted in _chats.delete_rows(conn, dialect, chat_id).items():
+        for table, deleted in _chats.delete_rows(conn, dialect, chat_id, ahead).items():
             counts[table] += deleted
     counts["blobs"] = drop_blobs(conn, candidates)
     dialect.tidy_search_index(conn, counts["messages"])
@@ -186,6 +191,7 @@ def _delete_batch(
     ids: Sequence[str],
     cutoff: datetime | None,
     user_id: str | None,
+    ahead: Mapping[int, Any],
 ) -> tuple[list[ChatInfo], dict[str, int]]:
     """Delete those of ``ids`` that still match, whole (write transaction): their rows are
     locked first, so a chat written meanwhile is read again after its writer commits and
@@ -204,7 +210,7 @@ def _delete_batch(
             dialect, user_id=user_id, metadata=None, limit=None, offset=0, older_than=cutoff
         )
         chats = _chats.list_chats(conn, dialect, query.where(query.selected_columns.id.in_(locked)))
-    return chats, delete_chats(conn, dialect, [chat.id for chat in chats])
+    return chats, delete_chats(conn, dialect, [chat.id for chat in chats], ahead)
 
 
 async def delete_matching(
@@ -229,10 +235,15 @@ async def delete_matching(
         while end < total and (end == start or size + found[end][1] <= budget):
             size += found[end][1]
             end += 1
-        began = loop.time()
         batch = [chat_id for chat_id, _ in found[start:end]]
+        # What taking the chats out of the search index needs is computed before the write
+        # lock is taken (on SQLite, every writer of the database waits while it is held).
+        ahead: Mapping[int, Any] = {}
+        if not dialect.entries_go_with_rows:
+            ahead = await db.run("read", unit(dialect.unindex_ahead, batch))
+        began = loop.time()
         deleted, rows = await db.run(
-            "write", unit(_delete_batch, dialect, batch, cutoff, user_id), chat=batch
+            "write", unit(_delete_batch, dialect, batch, cutoff, user_id, ahead), chat=batch
         )
         took = loop.time() - began
         forget_everywhere(*(chat.id for chat in deleted))
