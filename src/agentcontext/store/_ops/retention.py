@@ -4,10 +4,9 @@ nothing reaches any more. Arguments are checked by the caller.
 Retention works in short transactions, so that writers never wait for a whole run: `prune`
 and `erase_user` delete whole chats a batch at a time, each batch its own transaction (a
 batch holds as many chats as about `Dialect.retention_seconds` of work deletes, measured as it
-goes (`BATCH_SECONDS` by default); a chat
-larger than that is a batch of its own; what taking its chats out of a search index kept apart
-from the rows needs is computed before, in a read transaction: `Dialect.unindex_ahead`), and
-`purge` deletes a chat's unreachable messages a
+goes (`BATCH_SECONDS` by default); a chat larger than that is a batch of its own; what taking
+its chats out of a search index kept apart from the rows needs is computed before, in a read
+transaction: `Dialect.unindex_ahead`), and `purge` deletes a chat's unreachable messages a
 batch at a time after one transaction that makes its kept parts whole. A run cut short
 (cancelled, or a connection lost) has deleted whole chats or none of one, and running it again
 finishes the job; each report counts what its run deleted. Between batches the run yields for a
