@@ -1,7 +1,7 @@
-"""PostgreSQL search through scoped search terms: the terms are a stable part of the on-disk
-format, each token's terms differ from scope to scope, the GIN index serves the candidate query
-whatever the planner would guess, and revisions 0008 and 0010 fill the column (0008's CRC-32
-token hashes, kept for its downgrade, are pinned too)."""
+"""Search through scoped search terms (PostgreSQL's, and SQLite's FTS5 text): the terms are a
+stable part of the on-disk format, each token's terms differ from scope to scope, the GIN index
+serves the candidate query whatever the planner would guess, and revisions 0008 and 0010 fill
+the column (0008's CRC-32 token hashes, kept for its downgrade, are pinned too)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from sqlalchemy import Connection, column, select, table, text
 from agentcontext.store import MessageRecord, SqlContextStore
 from agentcontext.store._db import migrate as _migrate
 from agentcontext.store._db.schema import SEARCH_HASHES_INDEX
+from agentcontext.store._dialects import sqlite as _sqlite
 from agentcontext.store._dialects.postgresql import PostgresDialect, int4_terms, terms_text
 from agentcontext.store._rows import text as _text
 from agentcontext.store._rows import tokenizer as _tokenizer
@@ -100,6 +101,39 @@ def test_the_terms_are_fixed_across_releases() -> None:
     assert token_hashes(["zebracorn"]) == [0x714E56C15A20E3B4]
     assert mask("chat", "c1") == 0x52C4D5FE32ECBC8E
     assert int4_terms(message_terms(["zebracorn"], "c1", "u1")) == [1262935045, 1797485571]
+
+
+def test_the_sqlite_terms_are_fixed_across_releases() -> None:
+    # The on-disk format: a contentless FTS5 table forgets a row only given this exact text.
+    assert _sqlite.fts_terms(message_terms(["zebracorn", "café", "a"], "c1", "u1")) == (
+        "52c4d5fe3f39a75a7d43 52c4d5fe4c8e7721cbe7 52c4d5fe714e56c15a20 "
+        "f6bef0db3f39a75a7d43 f6bef0db4c8e7721cbe7 f6bef0db714e56c15a20"
+    )
+    assert _sqlite.fts_terms(message_terms([], "c1", "u1")) == ""
+
+
+@given(
+    st.lists(st.lists(TOKENS, max_size=8), max_size=6),
+    st.text(min_size=1, max_size=8),
+    st.integers(min_value=0, max_value=10),
+)
+def test_sqlite_terms_are_the_same_when_the_remembered_digits_are_forgotten(
+    batches: list[list[str]], chat_id: str, bound: int
+) -> None:
+    """Each hash's hex digits are remembered; past a bound the memory starts afresh, and no
+    message's terms change: each is its chat's, then its user's, prefix before every hash."""
+    saved = _sqlite._HEXES_AT_MOST, _sqlite._hexes
+    _sqlite._HEXES_AT_MOST, _sqlite._hexes = bound, {}
+    try:
+        for tokens in batches + batches:
+            terms = message_terms(tokens, chat_id, "user-1")
+            chat, user = f"{terms.chat:016x}"[:8], f"{terms.user:016x}"[:8]
+            digits = [f"{value:016x}"[:12] for value in terms.hashes]
+            expected = " ".join([chat + d for d in digits] + [user + d for d in digits])
+            assert _sqlite.fts_terms(terms) == expected
+            assert len(_sqlite._hexes) <= max([bound, *map(len, map(set, batches))])
+    finally:
+        _sqlite._HEXES_AT_MOST, _sqlite._hexes = saved
 
 
 def test_the_hash_is_fixed_across_processes_and_releases() -> None:

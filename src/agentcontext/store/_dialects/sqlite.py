@@ -457,7 +457,7 @@ class SqliteDialect(Dialect):
     def search_params(self, mask: int, hashes: list[int]) -> dict[str, Any]:
         # Each term quoted (hex digits): FTS5 reads it as one plain token, never an operator.
         prefix = _prefix(mask)
-        return {"search_query": " ".join(f'"{prefix}{_hex(h)}"' for h in hashes)}
+        return {"search_query": " ".join(f'"{prefix}{h}"' for h in _hexes_of(hashes))}
 
     def take_migration_lock(self, connection: Connection) -> None:
         """SQLite holds the write lock already (the migration's transaction is IMMEDIATE)."""
@@ -567,16 +567,24 @@ _SQLITE = SqliteDialect()
 
 
 _hexes: dict[int, str] = {}
+"""The 12 hex digits of each token hash seen lately (words recur). Replaced by a new one
+(not cleared) past `_HEXES_AT_MOST`, so a call under way in another thread keeps a consistent
+one."""
+_HEXES_AT_MOST = 1 << 17
 
 
-def _hex(value: int) -> str:
-    """The 12 hex digits of a token's hash in its FTS5 term (remembered: words recur)."""
-    found = _hexes.get(value)
-    if found is None:
-        if len(_hexes) >= 1 << 17:
-            _hexes.clear()
-        found = _hexes[value] = f"{value:016x}"[:12]
-    return found
+def _hexes_of(hashes: list[int]) -> list[str]:
+    """The 12 hex digits of each token hash in an FTS5 term, in the order given."""
+    global _hexes
+    known = _hexes
+    new = set(hashes).difference(known)
+    if new:
+        if len(known) + len(new) > _HEXES_AT_MOST:
+            known = _hexes = {}
+            new = set(hashes)
+        for value in new:
+            known[value] = f"{value:016x}"[:12]
+    return list(map(known.__getitem__, hashes))
 
 
 def _prefix(mask: int) -> str:
@@ -587,10 +595,14 @@ def _prefix(mask: int) -> str:
 def fts_terms(terms: ScopedTerms) -> str:
     """A message's terms as the FTS5 table indexes them: for each token, its hash's hex
     digits after its chat's mask's, then after its user's (20 hex digits, one FTS5 token
-    each; the terms of a scope share their first eight, which the index stores once)."""
-    hexes = list(map(_hex, terms.hashes))
+    each; the terms of a scope share their first eight, which the index stores once). Part
+    of the on-disk format: a contentless table forgets a row given exactly this text."""
+    if not terms.hashes:
+        return ""
+    hexes = _hexes_of(terms.hashes)
     chat, user = _prefix(terms.chat), _prefix(terms.user)
-    return " ".join([chat + h for h in hexes] + [user + h for h in hexes])
+    # Each scope's terms in one join: its prefix is in the separator.
+    return f"{chat}{(' ' + chat).join(hexes)} {user}{(' ' + user).join(hexes)}"
 
 
 def is_memory(url: URL) -> bool:
