@@ -153,9 +153,11 @@ _OBJECT_BYTES = 1536
 """Estimated bytes of a decoded message besides its text (its objects and their dicts)."""
 
 CHEAP_COPY = 2000
-"""Chains up to this length are left in the store's memory after every save (a copy costs
-microseconds); longer ones only when the memory holds none of the chat yet (a fresh engine
-catches up from an older copy with one small query)."""
+"""Chains up to this length are left in the store's memory after every save of an engine;
+longer ones after its first save only, or when the memory holds none of the chat yet (a
+fresh engine catches up from an older copy with one small query). A copy shares the cache's
+lists, and the cache copies them before it next changes them (`ChainCache.copy`): an engine
+that saves again and again would copy a long chain at each save."""
 
 
 def _message_bytes(message: Message) -> int:
@@ -176,7 +178,8 @@ _Tail = tuple[list[str], list[str | None], list[Message], list[datetime | None]]
 @dataclasses.dataclass(frozen=True, slots=True)
 class ChainCopy:
     """A chain as an engine held it at a committed chat version, left in the store's memory
-    (`ChainMemory`) for the next engine of the chat; its lists are its own."""
+    (`ChainMemory`) for the next engine of the chat. Its lists never change: a cache that
+    shares them copies them before it changes them (`ChainCache.copy`, `ChainCache.restore`)."""
 
     chat_key: tuple[str, object]
     """The chat's id and incarnation (a chat deleted and created again is another)."""
@@ -194,6 +197,8 @@ class ChainCopy:
     dirty: frozenset[str]
     extra_bytes: int
     times: list[datetime | None] = dataclasses.field(default_factory=list)
+    loaded_bytes: int = 0
+    """Estimated bytes of the messages of the last full load (part of ``size``)."""
     branch_id: str | None = None
     """The branch of the engine that left it (it serves any branch whose head it holds)."""
 
@@ -231,9 +236,11 @@ class ChainCache:
         "ids",
         "index",
         "loaded",
+        "loaded_bytes",
         "messages",
         "parents",
         "placeholders",
+        "shared",
         "summary",
         "times",
         "version",
@@ -265,6 +272,11 @@ class ChainCache:
         self.base: str | None = None
         self.extra_bytes = 0
         """Estimated bytes of the messages decoded since the load (see `copy`)."""
+        self.loaded_bytes = 0
+        """Estimated bytes of the messages of the last full load (see `copy`)."""
+        self.shared = False
+        """Whether a copy in the store's memory shares the lists (``ids``, ``parents``,
+        ``messages``, ``times``, ``index``): they are copied before they change (`_own`)."""
 
     def expect(self, version: int, head: str | None) -> None:
         """The version and head the store reaches if nobody else writes (see `confirm`)."""
@@ -309,45 +321,59 @@ class ChainCache:
         self.detached = None
         self.expected = None
         self.extra_bytes = 0
+        self.loaded_bytes = (
+            0 if loaded is None else sum(map(len, filter(None, loaded.data))) * 3 // 2
+        )
+        self.shared = False
 
     def copy(self, chat_key: tuple[str, object], branch_id: str | None = None) -> ChainCopy:
-        """A copy of the chain as held now (its version must be one read from the store)."""
+        """A copy of the chain as held now (its version must be one read from the store). It
+        shares this cache's lists, which the cache copies before it next changes them: a
+        chain left in the memory after a save costs nothing more when the engine is done."""
         assert self.version is not None
-        loaded = self.loaded
-        size = _OBJECT_BYTES * len(self.ids) + self.extra_bytes
-        if loaded is not None:
-            size += sum(map(len, filter(None, loaded.data))) * 3 // 2
+        self.shared = True
         return ChainCopy(
             chat_key=chat_key,
             head=self.head,
             version=self.version,
-            size=size,
-            ids=self.ids.copy(),
-            parents=self.parents.copy(),
-            messages=self.messages.copy(),
-            index=self.index.copy(),
-            times=self.times.copy(),
+            size=_OBJECT_BYTES * len(self.ids) + self.extra_bytes + self.loaded_bytes,
+            ids=self.ids,
+            parents=self.parents,
+            messages=self.messages,
+            index=self.index,
+            times=self.times,
             placeholders=frozenset(self.placeholders),
             summary=self.summary,
             base=self.base,
-            loaded=loaded,
+            loaded=self.loaded,
+            loaded_bytes=self.loaded_bytes,
             dirty=frozenset(self.dirty),
             extra_bytes=self.extra_bytes,
             branch_id=branch_id,
         )
 
     def restore(self, held: ChainCopy) -> None:
-        """Hold the chain of ``held`` (copied: this cache changes its own lists)."""
+        """Hold the chain of ``held`` (its lists shared until this cache changes them)."""
         self.head, self.version = held.head, held.version
-        self.ids, self.parents = held.ids.copy(), held.parents.copy()
-        self.messages, self.index = held.messages.copy(), held.index.copy()
-        self.times = held.times.copy()
+        self.ids, self.parents = held.ids, held.parents
+        self.messages, self.index = held.messages, held.index
+        self.times = held.times
+        self.shared = True
         self.placeholders = builtins.set(held.placeholders)
         self.summary, self.base = held.summary, held.base
         self.loaded, self.dirty = held.loaded, builtins.set(held.dirty)
+        self.loaded_bytes = held.loaded_bytes
         self.extra_bytes = held.extra_bytes
         self.detached = None
         self.expected = None
+
+    def _own(self) -> None:
+        """Before the lists change: copy them if a copy in the store's memory shares them."""
+        if self.shared:
+            self.ids, self.parents = self.ids.copy(), self.parents.copy()
+            self.messages, self.times = self.messages.copy(), self.times.copy()
+            self.index = self.index.copy()
+            self.shared = False
 
     def invalidate(self) -> None:
         self.version = None
@@ -380,6 +406,7 @@ class ChainCache:
     def _cut(self, keep: int) -> None:
         if keep >= len(self.ids):
             return
+        self._own()
         ids, parents, messages = self.ids[keep:], self.parents[keep:], self.messages[keep:]
         times = self.times[keep:]
         index = self.index
@@ -432,6 +459,7 @@ class ChainCache:
         created_at: datetime | None,
     ) -> None:
         """A message after the head, stored at ``created_at`` (None: not known)."""
+        self._own()
         self.index[message_id] = len(self.ids)
         self.ids.append(message_id)
         self.parents.append(parent_id)
@@ -471,6 +499,7 @@ class ChainCache:
 
     def replace(self, message: Message) -> None:
         """A cached message updated in place (its parent stays)."""
+        self._own()
         self.dirty.add(message.id)
         self.extra_bytes += _message_bytes(message)
         self.messages[self.index[message.id]] = message
@@ -699,16 +728,18 @@ class Conversation:
             and self.store.current_transaction() is None
         )
 
-    def remember(self, *, saved: bool = False) -> None:
+    def remember(self, *, saved: bool = False, first: bool = False) -> None:
         """Leave a copy of the chain in the store's memory (only what is committed: nothing
-        read or written inside a caller's transaction). After a save (``saved``), only a
-        short chain, or the first of the chat (see `CHEAP_COPY`)."""
+        read or written inside a caller's transaction). After a save (``saved``) that is not
+        the engine's ``first``, only a short chain, or the first of the chat (see
+        `CHEAP_COPY`): an engine made per request saves once, and the next one starts from
+        the chain it left."""
         memory, key = self.store.chain_memory, self._chat_key
         if memory is None or key is None or self.chain.version is None:
             return
         if self.store.current_transaction() is not None:
             return
-        if saved and len(self.chain.ids) > CHEAP_COPY and memory.holds(key):
+        if saved and not first and len(self.chain.ids) > CHEAP_COPY and memory.holds(key):
             return
         memory.remember(self.chain.copy(key, None if self.branch is None else self.branch.id))
 

@@ -256,8 +256,8 @@ async def _attempt(
             await asyncio.sleep(0.05 * (attempt + 1))
             continue
         if result.ok:
-            conv.saved = True
-            await _after_append(conv, records, messages, result.version, expected, known)
+            first, conv.saved = not conv.saved, True
+            await _after_append(conv, records, messages, result.version, expected, known, first)
             return SaveResult(head_message_id=result.head_message_id)
         fresh = [r for r in records if r.id not in known]
         if ambiguous or result.existing or result.head_message_id in pending_ids:
@@ -326,6 +326,7 @@ async def _after_append(
     version: int | None,
     expected: str | None,
     updates: set[str],
+    first: bool = False,
 ) -> None:
     chain = conv.chain
     if chain.version is None or chain.head != expected:
@@ -345,7 +346,8 @@ async def _after_append(
         chain.expect(cached + 1, chain.head)
     elif version == cached + 1:
         chain.version = version
-        conv.remember(saved=True)  # the version was read back: the chain is what is stored
+        # The version was read back: the chain is what is stored.
+        conv.remember(saved=True, first=first)
     # Otherwise keep the older version: the next sync fetches what others wrote since.
 
 

@@ -193,6 +193,44 @@ async def test_a_growing_branch_is_held_once(store_url: str) -> None:
         assert [m.id for m in await fresh_view(store, "g0")][-2:] == ["g0-m10", "g0-fork"]
 
 
+async def test_an_engine_per_request_reads_no_changes_on_a_long_chat(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine made per request saves once and leaves its chain in the memory, however
+    long the chat (here longer than `CHEAP_COPY`): the next request's engine starts from
+    exactly that chain, with no read of the changes since, and resolves what is stored."""
+    from sqlalchemy import event
+
+    from agentcontext import _conversation
+
+    monkeypatch.setattr(_conversation, "CHEAP_COPY", 5)
+    async with (
+        SqlContextStore(store_url) as store,
+        SqlContextStore(store_url, cache_bytes=0) as plain,
+    ):
+        seed = engine(store, "long")
+        seed.set(*(user(f"q{i}", id=f"l{i}") for i in range(20)))
+        await seed.save()
+        statements: list[str] = []
+
+        def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            statements.append(" ".join(statement.split()))
+
+        event.listen(store.engine.sync_engine, "before_cursor_execute", seen)
+        try:
+            for turn in range(8):
+                request = engine(store, "long")
+                request.set(user(f"turn {turn}", id=f"r{turn}"))
+                await request.save()
+        finally:
+            event.remove(store.engine.sync_engine, "before_cursor_execute", seen)
+        changes = [s for s in statements if "messages.version >" in s]
+        assert changes == []
+        expected = [f"l{i}" for i in range(20)] + [f"r{turn}" for turn in range(8)]
+        assert [m.id for m in await fresh_view(store, "long")] == expected
+        assert [m.id for m in await fresh_view(plain, "long")] == expected
+
+
 async def test_a_save_goes_after_what_another_engine_saved_meanwhile(store_url: str) -> None:
     """Two engines of one store resolve the same head; the second to save finds in the memory
     the chain the first one saved and goes after it with one write: no refused write, no read
@@ -262,7 +300,7 @@ def test_cache_bytes_is_checked(value: Any, error: type[Exception]) -> None:
         SqlContextStore("sqlite+aiosqlite:///:memory:", cache_bytes=value)
 
 
-STEPS = ["turn", "peer-turn", "edit", "rewind", "compact", "switch", "view"]
+STEPS = ["turn", "peer-turn", "fresh-turn", "edit", "rewind", "compact", "switch", "view"]
 STEPS += ["export", "restore", "recreate", "copy-into", "erase"]
 OPS = st.lists(
     st.tuples(
@@ -280,24 +318,50 @@ OPS = st.lists(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(ops=OPS)
-@example(ops=[("turn", 0), ("view", 0), ("rewind", 1), ("view", 0), ("turn", 0), ("switch", 0)])
-@example(ops=[("turn", 0), ("turn", 0), ("compact", 0), ("view", 0), ("edit", 3), ("turn", 1)])
+@given(ops=OPS, cheap=st.sampled_from([2000, 3]))
+@example(
+    ops=[("turn", 0), ("view", 0), ("rewind", 1), ("view", 0), ("turn", 0), ("switch", 0)],
+    cheap=2000,
+)
+@example(
+    ops=[("turn", 0), ("turn", 0), ("compact", 0), ("view", 0), ("edit", 3), ("turn", 1)],
+    cheap=2000,
+)
 @example(  # restored from before an in-place edit: a long-lived engine that saw the edit
     # must not leave it in the memory as the restored chat's (same head, creation time, ids)
-    ops=[("turn", 0), ("export", 0), ("edit", 0), ("view", 0), ("restore", 0), ("view", 0)]
+    ops=[("turn", 0), ("export", 0), ("edit", 0), ("view", 0), ("restore", 0), ("view", 0)],
+    cheap=2000,
 )
 @example(  # ... nor once the restored chat reaches the version the memory holds the edit at
     ops=[("turn", 0), ("export", 0), ("edit", 0), ("peer-turn", 0), ("restore", 0)]
-    + [("peer-turn", 0)] * 6
+    + [("peer-turn", 0)] * 6,
+    cheap=2000,
 )
 @example(  # a long-lived engine of the restored chat must not put its chain back
-    ops=[("turn", 0), ("export", 0), ("edit", 1), ("turn", 0), ("restore", 0), ("turn", 0)]
+    ops=[("turn", 0), ("export", 0), ("edit", 1), ("turn", 0), ("restore", 0), ("turn", 0)],
+    cheap=2000,
 )
-@example(ops=[("turn", 0), ("recreate", 0), ("view", 0), ("turn", 0), ("erase", 0), ("turn", 0)])
-@example(ops=[("turn", 0), ("export", 0), ("turn", 0), ("copy-into", 0), ("view", 0)])
+@example(  # engines made per request on a chat longer than CHEAP_COPY, among a long-lived one
+    ops=[
+        ("turn", 0),
+        ("turn", 0),
+        ("fresh-turn", 0),
+        ("turn", 0),
+        ("rewind", 1),
+        ("fresh-turn", 0),
+        ("edit", 2),
+        ("fresh-turn", 0),
+        ("view", 0),
+    ],
+    cheap=3,
+)
+@example(
+    ops=[("turn", 0), ("recreate", 0), ("view", 0), ("turn", 0), ("erase", 0), ("turn", 0)],
+    cheap=2000,
+)
+@example(ops=[("turn", 0), ("export", 0), ("turn", 0), ("copy-into", 0), ("view", 0)], cheap=2000)
 def test_fresh_engines_always_resolve_what_is_stored(
-    store_url: str, ops: list[tuple[str, int]]
+    store_url: str, ops: list[tuple[str, int]], cheap: int
 ) -> None:
     """Random writes by engines of this store and of another one (a process without the
     memory), rewinds, compactions and branch switches, and the chat deleted and created again
@@ -308,8 +372,14 @@ def test_fresh_engines_always_resolve_what_is_stored(
     under it says so (and is replaced), never serving or remembering the old chat.
 
     More examples: ``AGENTCONTEXT_MEMORY_EXAMPLES=500``."""
+    from agentcontext import _conversation
+
     chat = f"p-{uuid.uuid4().hex[:10]}"
-    run_sync(lambda: _scenario(store_url, chat, ops))
+    saved, _conversation.CHEAP_COPY = _conversation.CHEAP_COPY, cheap
+    try:
+        run_sync(lambda: _scenario(store_url, chat, ops))
+    finally:
+        _conversation.CHEAP_COPY = saved
 
 
 async def _scenario(url: str, chat: str, ops: list[tuple[str, int]]) -> None:
@@ -362,8 +432,9 @@ async def _step(
         await other.copy_chat(f"{chat}-copy", chat)
     elif op == "erase":
         await other.erase_user("u1")
-    elif op in ("turn", "peer-turn"):
-        writer = mine if op == "turn" else engine(other, chat)
+    elif op in ("turn", "peer-turn", "fresh-turn"):
+        # This store's long-lived engine, another process's, or one made per request.
+        writer = {"turn": mine, "peer-turn": engine(other, chat)}.get(op) or engine(store, chat)
         k = next(counter)
         writer.set(user(f"q{k}", id=f"{chat}-{k}"), assistant_text(f"a{k}"))
         await writer.save()
