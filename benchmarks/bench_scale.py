@@ -1,8 +1,11 @@
-"""Does each operation stay flat as the database grows? On SQLite and PostgreSQL.
+"""Does each operation stay flat as the database grows? On SQLite, PostgreSQL and MariaDB.
 
     python benchmarks/bench_scale.py [--sizes 10000,1000000] [--backends sqlite,postgres]
-                                     [--reps 5] [--pg-url URL] [--batch 2000]
+                                     [--reps 5] [--pg-url URL] [--my-url URL] [--batch 2000]
                                      [--keep] [--data-dir DIR] [--out FILE]
+
+(``--backends sqlite,postgres,mariadb`` adds MariaDB/MySQL: a scratch database per size on the
+server of ``--my-url``, whose user may create databases.)
 
 What the library claims at scale, and what this measures, on a database of each size
 (``--sizes``, in messages) built the same way at every size:
@@ -38,7 +41,9 @@ database around the probed scope grows (100-fold with the default sizes).
   generation left out) is printed, and compared with ``import_chat`` of whole chats (the
   chats the prune below deletes, exported before it and imported again after it).
 - PostgreSQL gets a ``VACUUM ANALYZE`` after the build (what autovacuum has done by then in a
-  live database); SQLite nothing (the library runs no ``ANALYZE`` and neither do its users).
+  live database); SQLite nothing (the library runs no ``ANALYZE`` and neither do its users);
+  MariaDB an ``ANALYZE TABLE`` of each table (what InnoDB's automatic recalculation of its
+  statistics does once a tenth of a table changed), also to read the tables' sizes.
 
 **The cells** (times are medians of ``--reps`` calls after a warm-up call; the calls of one
 group take turns; the garbage collector runs as usual, since a full collection before each
@@ -46,7 +51,9 @@ call would add a cost of its own, growing with the heap, to calls of a milliseco
 
 1. ``search_messages(probe chat, COMMON / RARE)``, ``search_user_messages(probe user, COMMON /
    RARE)``: expected flat; against the floor of a ``LIKE '%word%'`` scan of the same scope's
-   messages through the raw driver (aiosqlite / asyncpg), which only finds them (goal: search
+   messages through the raw driver (aiosqlite / asyncpg / asyncmy; case-insensitive as the
+   search is: SQLite's ``LIKE``, PostgreSQL's ``ILIKE``, MariaDB's ``LOWER(data) LIKE``), which
+   only finds them (goal: search
    at least 20x faster; printed as "Nx LIKE's speed", LIKE's time over search's).
    ``search_user_messages(big user, COMMON / RARE / UNIQUE)``: the big user's chats grow with
    the database, so these are reported, not expected flat (RARE and UNIQUE against a LIKE
@@ -70,7 +77,7 @@ call would add a cost of its own, growing with the heap, to calls of a milliseco
    The prune's duration grows with the database (it deletes 10 % of it); its duration per
    chat deleted is expected flat.
 
-``--keep`` keeps the databases (SQLite files in ``--data-dir``, PostgreSQL databases named
+``--keep`` keeps the databases (SQLite files in ``--data-dir``, server databases named
 after the size) and a later run with ``--keep`` uses them again instead of building (its
 build rate is the one recorded when it was built; the chats a prune deleted are back, written
 whole by ``import_chat`` rather than interleaved). Without it everything is built in a
@@ -100,6 +107,7 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
+import asyncmy  # type: ignore[import-untyped]
 import asyncpg
 from sqlalchemy import bindparam, text
 from sqlalchemy.engine import make_url
@@ -114,6 +122,10 @@ from agentcontext import ChatExport, ContextEngine, MessageRecord, SqlContextSto
 
 DEFAULT_PG = os.environ.get(
     "AGENTCONTEXT_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
+)
+DEFAULT_MY = os.environ.get(
+    "AGENTCONTEXT_TEST_MARIADB_URL",
+    "mysql+asyncmy://agentcontext:agentcontext@127.0.0.1:3306/agentcontext_test",
 )
 SCRIPT = str(Path(__file__).resolve())
 LAYOUT_VERSION = 1
@@ -334,10 +346,13 @@ class Raw:
         self.url = url
         self.sqlite: aiosqlite.Connection | None = None
         self.pg: asyncpg.Connection | None = None
+        self.my: Any = None
 
     async def __aenter__(self) -> Raw:
         if self.backend == "sqlite":
             self.sqlite = await aiosqlite.connect(make_url(self.url).database or "")
+        elif self.backend == "mariadb":
+            self.my = await my_connect(self.url)
         else:
             self.pg = await asyncpg.connect(dsn(self.url))
         return self
@@ -347,36 +362,59 @@ class Raw:
             await self.sqlite.close()
         if self.pg is not None:
             await self.pg.close()
+        if self.my is not None:
+            self.my.close()
 
-    async def fetch(self, sqlite_sql: str, pg_sql: str, *args: Any) -> list[Any]:
+    async def fetch(self, sql: dict[str, str], *args: Any) -> list[Any]:
+        """The rows of the statement of this backend (``sql``: SQLite's with ``?`` parameters;
+        ``pg``, ``my``: PostgreSQL's, MariaDB's, where they differ)."""
         if self.sqlite is not None:
-            async with self.sqlite.execute(sqlite_sql, args) as cursor:
+            async with self.sqlite.execute(sql["sqlite"], args) as cursor:
                 return list(await cursor.fetchall())
+        if self.my is not None:
+            statement = sql.get("my", sql["sqlite"].replace("?", "%s"))
+            async with self.my.cursor() as cursor:
+                await cursor.execute(statement, args)
+                rows = list(await cursor.fetchall())
+            await self.my.rollback()  # no snapshot kept open between calls
+            return rows
         assert self.pg is not None
-        return list(await self.pg.fetch(pg_sql, *args))
+        return list(await self.pg.fetch(sql["pg"], *args))
 
     async def like_chat(self, chat_id: str, word: str) -> list[Any]:
         return await self.fetch(
-            "SELECT id, data FROM messages WHERE chat_id = ? AND data LIKE ?",
-            "SELECT id, data::text FROM messages WHERE chat_id = $1 AND data::text ILIKE $2",
+            {
+                "sqlite": "SELECT id, data FROM messages WHERE chat_id = ? AND data LIKE ?",
+                "pg": "SELECT id, data::text FROM messages WHERE chat_id = $1 "
+                "AND data::text ILIKE $2",
+                "my": "SELECT id, data FROM messages WHERE chat_id = %s AND LOWER(data) LIKE %s",
+            },
             chat_id,
             f"%{word}%",
         )
 
     async def like_user(self, user_id: str, word: str) -> list[Any]:
         return await self.fetch(
-            "SELECT m.id, m.data FROM messages AS m JOIN chats AS c ON c.id = m.chat_id "
-            "WHERE c.user_id = ? AND m.data LIKE ?",
-            "SELECT m.id, m.data::text FROM messages AS m JOIN chats AS c ON c.id = m.chat_id "
-            "WHERE c.user_id = $1 AND m.data::text ILIKE $2",
+            {
+                "sqlite": "SELECT m.id, m.data FROM messages AS m JOIN chats AS c "
+                "ON c.id = m.chat_id WHERE c.user_id = ? AND m.data LIKE ?",
+                "pg": "SELECT m.id, m.data::text FROM messages AS m JOIN chats AS c "
+                "ON c.id = m.chat_id WHERE c.user_id = $1 AND m.data::text ILIKE $2",
+                "my": "SELECT m.id, m.data FROM messages AS m JOIN chats AS c "
+                "ON c.id = m.chat_id WHERE c.user_id = %s AND LOWER(m.data) LIKE %s",
+            },
             user_id,
             f"%{word}%",
         )
 
     async def read_chat(self, chat_id: str) -> list[Any]:
         rows = await self.fetch(
-            "SELECT id, parent_id, name, data, created_at FROM messages WHERE chat_id = ?",
-            "SELECT id, parent_id, name, data, created_at FROM messages WHERE chat_id = $1",
+            {
+                "sqlite": "SELECT id, parent_id, name, data, created_at FROM messages "
+                "WHERE chat_id = ?",
+                "pg": "SELECT id, parent_id, name, data, created_at FROM messages "
+                "WHERE chat_id = $1",
+            },
             chat_id,
         )
         return [(r[0], r[1], r[2], json.loads(r[3]), r[4]) for r in rows]
@@ -384,6 +422,20 @@ class Raw:
 
 def dsn(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def my_connect(url: str, *, database: bool = True) -> Any:
+    """A bare asyncmy connection to the MariaDB/MySQL server of ``url`` (to its database, or to
+    none)."""
+    parts = make_url(url)
+    return await asyncmy.connect(
+        host=parts.host or "127.0.0.1",
+        port=parts.port or 3306,
+        user=parts.username or "root",
+        password=parts.password or "",
+        database=parts.database if database else None,
+        charset="utf8mb4",
+    )
 
 
 # --- the cells ----------------------------------------------------------------------------------
@@ -582,9 +634,10 @@ def latency_stats(values: list[float]) -> dict[str, Any]:
 
 async def age(store: SqlContextStore, chat_ids: list[str]) -> None:
     """Make these chats' last activity old (straight through the store's engine)."""
-    value: Any = (
-        OLD if store.dialect_name == "postgresql" else OLD.isoformat(timespec="microseconds")
-    )
+    value: Any = {
+        "postgresql": OLD,
+        "mysql": OLD.replace(tzinfo=None),  # DATETIME(6), in UTC
+    }.get(store.dialect_name, OLD.isoformat(timespec="microseconds"))
     statement = text("UPDATE chats SET updated_at = :old WHERE id IN :ids").bindparams(
         bindparam("ids", expanding=True)
     )
@@ -711,6 +764,7 @@ async def run_size(
             await conn.execute("VACUUM ANALYZE")
         finally:
             await conn.close()
+    result["server"], result["bytes"] = await footprint(backend, url)
     cells: dict[str, list[float]] = {}
     async with SqlContextStore(url) as store, Raw(backend, url) as raw:
         cells |= await search_cells(store, raw, layout, args.reps)
@@ -720,6 +774,47 @@ async def run_size(
         result["prune"] = await prune_cell(store, url, layout)
     result["cells"] = cells
     return result
+
+
+async def footprint(backend: str, url: str) -> tuple[dict[str, Any], dict[str, int]]:
+    """The server's settings that decide what fits in memory, and the bytes of each table (the
+    database file on SQLite), read after the build."""
+    if backend == "sqlite":
+        path = make_url(url).database or ""
+        return {}, {"file": file_bytes(path)}
+    if backend == "postgres":
+        conn = await asyncpg.connect(dsn(url))
+        try:
+            rows = await conn.fetch(
+                "SELECT relname, pg_total_relation_size(oid) FROM pg_class "
+                "WHERE relkind = 'r' AND relnamespace = 'public'::regnamespace"
+            )
+            shared = await conn.fetchval("SHOW shared_buffers")
+        finally:
+            await conn.close()
+        return {"shared_buffers": shared}, {name: int(size) for name, size in rows}
+    conn = await my_connect(url)
+    try:
+        async with conn.cursor() as cursor:
+            # InnoDB's sizes in information_schema are those of its last statistics: read
+            # afresh (what its automatic recalculation does once a tenth of a table changed).
+            await cursor.execute("SHOW TABLES")
+            for (table,) in await cursor.fetchall():
+                await cursor.execute(f"ANALYZE TABLE `{table}`")
+                await cursor.fetchall()
+            await cursor.execute(
+                "SELECT VERSION(), @@innodb_buffer_pool_size, @@innodb_flush_log_at_trx_commit"
+            )
+            version, pool, flush = await cursor.fetchone()
+            await cursor.execute(
+                "SELECT table_name, data_length + index_length FROM information_schema.TABLES "
+                "WHERE table_schema = DATABASE()"
+            )
+            rows = await cursor.fetchall()
+    finally:
+        conn.close()
+    server = {"version": version, "innodb_buffer_pool_size": int(pool), "flush_at_commit": flush}
+    return server, {name: int(size) for name, size in rows}
 
 
 async def run_backend(backend: str, args: argparse.Namespace, folder: Path) -> list[Any]:
@@ -737,6 +832,9 @@ async def run_backend(backend: str, args: argparse.Namespace, folder: Path) -> l
             finally:
                 if not args.keep:
                     remove_sqlite(path)
+            continue
+        if backend == "mariadb":
+            results.append(await run_my_size(size, args))
             continue
         admin = await asyncpg.connect(dsn(args.pg_url))
         try:
@@ -758,6 +856,35 @@ async def run_backend(backend: str, args: argparse.Namespace, folder: Path) -> l
         finally:
             await admin.close()
     return results
+
+
+async def run_my_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One size on MariaDB/MySQL: a database of its own on the server of ``--my-url``."""
+    admin = await my_connect(args.my_url, database=False)
+    try:
+        async with admin.cursor() as cursor:
+            if args.keep:
+                name = f"acbench_scale_{size}_v{LAYOUT_VERSION}"
+                await cursor.execute(
+                    "SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (name,)
+                )
+                exists = await cursor.fetchone()
+            else:
+                name, exists = f"acbench_scale_{size}_{uuid.uuid4().hex[:8]}", None
+        url = make_url(args.my_url).set(database=name).render_as_string(hide_password=False)
+        built = await is_built(url, size) if exists else None
+        async with admin.cursor() as cursor:
+            if built is None:  # a kept database cut short is built again
+                await cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+                await cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+        try:
+            return await run_size("mariadb", url, size, args, built)
+        finally:
+            if not args.keep:
+                async with admin.cursor() as cursor:
+                    await cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    finally:
+        admin.close()
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -828,7 +955,14 @@ def report(backend: str, results: list[dict[str, Any]], reps: int) -> list[str]:
             f"D = {d['list_depth']:,}). Build: {b['rate']:,.0f} messages/s with create_chat + "
             f"add_messages + update_branch_head"
             + (" (the kept database's build)" if r["reused"] else "")
-            + f"; {i['messages'] / i['seconds']:,.0f} messages/s with import_chat"
+            + f"; {i['messages'] / i['seconds']:,.0f} messages/s with import_chat. Size after the "
+            f"build: {sum(r['bytes'].values()) / d['messages']:,.0f} bytes a message"
+            + (
+                f" (search index {r['bytes']['message_terms'] / d['messages']:,.0f})"
+                if "message_terms" in r["bytes"]
+                else ""
+            )
+            + (f"; server {r['server']}" if r["server"] else "")
         )
     head = " | ".join(f"{s:,} msgs" for s in sizes)
     out += [
@@ -909,6 +1043,11 @@ def verdicts(backend: str, results: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def file_bytes(path: str) -> int:
+    """The bytes of a SQLite database: its file and its write-ahead log."""
+    return sum(Path(f).stat().st_size for f in (path, f"{path}-wal") if Path(f).exists())
+
+
 def remove_sqlite(path: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
@@ -925,9 +1064,16 @@ def write_json(path: Path, data: Any) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sizes", default="10000,1000000", help="messages, comma-separated")
-    parser.add_argument("--backends", default="sqlite,postgres", help="sqlite, postgres or both")
+    parser.add_argument(
+        "--backends", default="sqlite,postgres", help="sqlite, postgres, mariadb: one or more"
+    )
     parser.add_argument(
         "--pg-url", default=DEFAULT_PG, help="a server database (a scratch one is made per size)"
+    )
+    parser.add_argument(
+        "--my-url",
+        default=DEFAULT_MY,
+        help="a MariaDB/MySQL server database (a scratch one is made per size)",
     )
     parser.add_argument("--reps", type=int, default=5, help="timed calls per cell")
     parser.add_argument("--batch", type=int, default=2000, help="messages per add_messages call")
@@ -944,7 +1090,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.sizes = sorted(int(s.replace("_", "")) for s in args.sizes.split(","))
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    unknown = set(args.backends) - {"sqlite", "postgres"}
+    unknown = set(args.backends) - {"sqlite", "postgres", "mariadb"}
     if unknown:
         parser.error(f"unknown backends: {', '.join(sorted(unknown))}")
     return args
