@@ -307,3 +307,32 @@ async def test_search_entries_leave_with_their_messages_on_every_delete(
     assert await store.delete_chat("purged")
     assert await store.delete_chat("kept")
     assert await entries() == 0
+
+
+async def test_a_page_after_a_deep_cursor_reads_one_page_of_the_index(
+    store: SqlContextStore,
+) -> None:
+    # Left to choose, MariaDB reads a user's chats by equality on user_id and skips every chat
+    # newer than the cursor row by row; the dialect holds it to the range that starts there.
+    for index in range(400):
+        await store.create_chat(f"c{index:03d}", user_id="many")
+    for index in range(20):
+        await store.create_chat(f"o{index:02d}", user_id=f"other{index}")
+    [before] = await store.list_chats(user_id="many", limit=1, offset=299)
+    seen: list[tuple[str, Any]] = []
+
+    def keep(conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
+        seen.append((statement, params))
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", keep)
+    try:
+        page = await store.list_chats(user_id="many", limit=50, after=before.cursor)
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", keep)
+    assert [chat.id for chat in page] == [f"c{index:03d}" for index in range(99, 49, -1)]
+    [(statement, params)] = [(s, p) for s, p in seen if "FROM chats" in s]
+    async with store.engine.connect() as conn:
+        plan = (await conn.exec_driver_sql(f"ANALYZE {statement}", params)).mappings().all()
+    [chats] = [row for row in plan if row["table"] == "chats"]
+    assert chats["type"] == "range", plan
+    assert float(chats["r_rows"]) <= 51, plan

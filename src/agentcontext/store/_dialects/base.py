@@ -269,6 +269,12 @@ class Dialect(abc.ABC):
         are bound parameters.
         """
 
+    def chats_after_cursor(self, page: Select[Any]) -> Select[Any]:
+        """A page of one user's chats after a keyset cursor (``list_chats(user_id=...,
+        after=...)``), as this server reads it from the index on ``(user_id, updated_at, id)``:
+        unchanged where the planner starts the index walk at the cursor by itself."""
+        return page
+
     @abc.abstractmethod
     def roles_filter(self, column_: ColumnElement[Any]) -> ColumnElement[bool]:
         """``column_`` is one of the roles bound as ``:roles`` (one bound value, so a statement

@@ -304,6 +304,13 @@ class MySQLDialect(Dialect):
             ))  # fmt: skip
         return and_(*clauses)
 
+    def chats_after_cursor(self, page: Select[Any]) -> Select[Any]:
+        # Given the choice, MariaDB reads the user's chats by equality on user_id alone and
+        # skips the newer ones row by row (5 050 rows for a page at a depth of 5 000 of a
+        # 10 000-chat user): held to this index, it takes the range (user_id, updated_at),
+        # which starts at the cursor.
+        return page.with_hint(C, "FORCE INDEX (ix_chats_user_id_updated_at_id)")
+
     def roles_filter(self, column_: ColumnElement[Any]) -> ColumnElement[bool]:
         return func.json_contains(bindparam("roles", type_=Text), func.json_quote(column_)) == 1
 

@@ -236,6 +236,8 @@ def list_query(
         )
     if user_id is not None:
         page = page.where(C.c.user_id == user_id)
+        if after is not None:
+            page = dialect.chats_after_cursor(page)
     if metadata:
         if dialect.sealer.encrypted:
             raise InvalidInputError(
