@@ -336,3 +336,32 @@ async def test_a_page_after_a_deep_cursor_reads_one_page_of_the_index(
     [chats] = [row for row in plan if row["table"] == "chats"]
     assert chats["type"] == "range", plan
     assert float(chats["r_rows"]) <= 51, plan
+
+
+async def test_a_search_joins_each_distinct_term_once(store: SqlContextStore) -> None:
+    # A join repeating a term is a lookup of the side table per candidate for nothing.
+    words = "otters hold hands while sleeping on calm water"
+    await turn(store, "c", words)
+    seen: list[str] = []
+
+    def keep(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if "message_terms" in statement:
+            seen.append(statement)
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", keep)
+    try:
+        for query, joined in (
+            ("otters", 1),
+            ("otters otters OTTERS", 1),
+            ("otters hold", 2),
+            ("sleeping otters hold", 3),
+            ("otters hold hands while sleeping", 4),
+        ):
+            seen.clear()
+            hits = await store.search_messages("c", query)
+            assert len(hits) == 2, query
+            [statement] = seen
+            assert statement.count("message_terms AS t") == joined, query
+        assert await store.search_messages("c", "otters hold hands while swimming") == []
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", keep)

@@ -341,13 +341,21 @@ class Dialect(abc.ABC):
     def unindex_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
         """Remove ``(seq, terms)`` of rows about to be deleted or rewritten from the index."""
 
-    def search_candidates(self, scope: Literal["chat", "user"], with_roles: bool) -> Select[Any]:
+    def search_shape(self, terms: int) -> int:
+        """What the statement of `search_candidates` depends on of the number of distinct
+        terms of a query (at least 1): 0 where one statement serves every query."""
+        return 0
+
+    def search_candidates(
+        self, scope: Literal["chat", "user"], with_roles: bool, shape: int = 0
+    ) -> Select[Any]:
         """Messages of the scope that may hold every query token, newest first, found through
         the scope's terms: the index entries read are the scope's, not the database's.
 
         Parameters: ``scope_id``, ``search_limit``, ``before_seq`` (only rows inserted before
         it) and what `search_params` gives; ``roles`` with ``with_roles``. Columns: seq, id,
-        chat_id, parent_id, name, type, data (JSON text), created_at.
+        chat_id, parent_id, name, type, data (JSON text), created_at. ``shape``: what
+        `search_shape` gives for the queries the statement is for.
         """
         where = (
             M.c.chat_id == bindparam("scope_id")
@@ -356,11 +364,11 @@ class Dialect(abc.ABC):
         )
         if with_roles:
             where = and_(where, self.roles_filter(M.c.name))
-        return self._candidates(where)
+        return self._candidates(where, shape)
 
     @abc.abstractmethod
-    def _candidates(self, scope: ColumnElement[bool]) -> Select[Any]:
-        """`search_candidates` restricted by ``scope``."""
+    def _candidates(self, scope: ColumnElement[bool], shape: int) -> Select[Any]:
+        """`search_candidates` restricted by ``scope``, for queries of this ``shape``."""
 
     @abc.abstractmethod
     def search_params(self, mask: int, hashes: list[int]) -> dict[str, Any]:

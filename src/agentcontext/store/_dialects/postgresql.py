@@ -319,7 +319,7 @@ class PostgresDialect(Dialect):
     def unindex_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
         """The terms go with the row."""
 
-    def _candidates(self, scope: ColumnElement[bool]) -> Select[Any]:
+    def _candidates(self, scope: ColumnElement[bool], shape: int) -> Select[Any]:
         # ``@>`` (contains every hash of the query) is what the GIN index on search_hashes
         # answers, without reading the chat's other messages; a large scope's common words
         # are read by windows of the newest rows instead (`postgresql_search`).

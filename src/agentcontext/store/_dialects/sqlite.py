@@ -443,7 +443,7 @@ class SqliteDialect(Dialect):
     def checkpoint_log(self, conn: Connection) -> None:
         conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
 
-    def _candidates(self, scope: ColumnElement[bool]) -> Select[Any]:
+    def _candidates(self, scope: ColumnElement[bool], shape: int) -> Select[Any]:
         fts = table("messages_fts", column("rowid", Integer))
         match = literal_column("messages_fts").op("MATCH")(bindparam("search_query"))
         return (

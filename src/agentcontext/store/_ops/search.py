@@ -41,7 +41,7 @@ def window(limit: int) -> int:
     return max(WINDOW, 4 * limit)
 
 
-_STATEMENTS: dict[tuple[str, str, bool], Any] = {}
+_STATEMENTS: dict[tuple[str, str, bool, int], Any] = {}
 
 
 def search(
@@ -93,16 +93,18 @@ def _search(
     search_key: bytes | None,
     prepared: object,
 ) -> list[SearchResult]:
-    key = (dialect.name, scope, bool(roles))
+    mask, hashes = query_terms(query, scope, scope_id, search_key)
+    shape = dialect.search_shape(len(hashes))
+    key = (dialect.name, scope, bool(roles), shape)
     statement = _STATEMENTS.get(key)
     if statement is None:
-        statement = _STATEMENTS[key] = dialect.search_candidates(scope, bool(roles))
+        statement = _STATEMENTS[key] = dialect.search_candidates(scope, bool(roles), shape)
     wanted = set(query)
     size = window(limit)
     params: dict[str, Any] = {
         "scope_id": scope_id,
         "search_limit": size if dialect.exact_candidates else 2 * size,
-        **dialect.search_params(*query_terms(query, scope, scope_id, search_key)),
+        **dialect.search_params(mask, hashes),
     }
     if roles:
         params["roles"] = dialect.roles_value(roles)
