@@ -875,14 +875,15 @@ async def run_my_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
         built = await is_built(url, size) if exists else None
         async with admin.cursor() as cursor:
             if built is None:  # a kept database cut short is built again
-                await cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+                if exists:
+                    await cursor.execute(f"DROP DATABASE `{name}`")
                 await cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
         try:
             return await run_size("mariadb", url, size, args, built)
         finally:
             if not args.keep:
                 async with admin.cursor() as cursor:
-                    await cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+                    await cursor.execute(f"DROP DATABASE `{name}`")
     finally:
         admin.close()
 
