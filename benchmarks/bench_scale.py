@@ -43,7 +43,9 @@ database around the probed scope grows (100-fold with the default sizes).
 - PostgreSQL gets a ``VACUUM ANALYZE`` after the build (what autovacuum has done by then in a
   live database); SQLite nothing (the library runs no ``ANALYZE`` and neither do its users);
   MariaDB an ``ANALYZE TABLE`` of each table (what InnoDB's automatic recalculation of its
-  statistics does once a tenth of a table changed), also to read the tables' sizes.
+  statistics does once a tenth of a table changed), also to read the tables' sizes, after
+  waiting for InnoDB's purge of what a kept database's last prune deleted (the seconds waited
+  are recorded).
 
 **The cells** (times are medians of ``--reps`` calls after a warm-up call; the calls of one
 group take turns; the garbage collector runs as usual, since a full collection before each
@@ -764,6 +766,8 @@ async def run_size(
             await conn.execute("VACUUM ANALYZE")
         finally:
             await conn.close()
+    if backend == "mariadb":
+        result["purge_wait"] = await purged(url)
     result["server"], result["bytes"] = await footprint(backend, url)
     cells: dict[str, list[float]] = {}
     async with SqlContextStore(url) as store, Raw(backend, url) as raw:
@@ -774,6 +778,31 @@ async def run_size(
         result["prune"] = await prune_cell(store, url, layout)
     result["cells"] = cells
     return result
+
+
+async def purged(url: str, most: float = 1800.0) -> float:
+    """Wait until InnoDB has purged the rows deleted before (a kept database's last prune
+    deleted 10 % of it), at most ``most`` seconds: its purge threads would otherwise take the
+    processor from every cell for minutes. The seconds waited."""
+    started = time.perf_counter()
+    conn = await my_connect(url)
+    try:
+        async with conn.cursor() as cursor:
+            while time.perf_counter() - started < most:
+                await cursor.execute(
+                    "SELECT `count` FROM information_schema.INNODB_METRICS "
+                    "WHERE name = 'trx_rseg_history_len'"
+                )
+                row = await cursor.fetchone()
+                await conn.rollback()
+                if row is None or int(row[0]) < 1000:
+                    break
+                progress(f"  waiting for InnoDB's purge: {int(row[0]):,} undo logs")
+                await asyncio.sleep(5)
+    finally:
+        conn.close()
+    progress("")
+    return time.perf_counter() - started
 
 
 async def footprint(backend: str, url: str) -> tuple[dict[str, Any], dict[str, int]]:
