@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -38,6 +39,21 @@ def url() -> Iterator[str]:
 async def store(url: str) -> AsyncIterator[SqlContextStore]:
     async with SqlContextStore(url) as made:
         yield made
+
+
+@contextmanager
+def statements(store: SqlContextStore) -> Iterator[list[tuple[str, Any]]]:
+    """The statements (with their parameters) the store runs meanwhile."""
+    seen: list[tuple[str, Any]] = []
+
+    def keep(conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
+        seen.append((statement, params))
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", keep)
+    try:
+        yield seen
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", keep)
 
 
 async def turn(store: SqlContextStore, chat_id: str, words: str) -> None:
@@ -319,16 +335,8 @@ async def test_a_page_after_a_deep_cursor_reads_one_page_of_the_index(
     for index in range(20):
         await store.create_chat(f"o{index:02d}", user_id=f"other{index}")
     [before] = await store.list_chats(user_id="many", limit=1, offset=299)
-    seen: list[tuple[str, Any]] = []
-
-    def keep(conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
-        seen.append((statement, params))
-
-    event.listen(store.engine.sync_engine, "before_cursor_execute", keep)
-    try:
+    with statements(store) as seen:
         page = await store.list_chats(user_id="many", limit=50, after=before.cursor)
-    finally:
-        event.remove(store.engine.sync_engine, "before_cursor_execute", keep)
     assert [chat.id for chat in page] == [f"c{index:03d}" for index in range(99, 49, -1)]
     [(statement, params)] = [(s, p) for s, p in seen if "FROM chats" in s]
     async with store.engine.connect() as conn:
@@ -342,14 +350,7 @@ async def test_a_search_joins_each_distinct_term_once(store: SqlContextStore) ->
     # A join repeating a term is a lookup of the side table per candidate for nothing.
     words = "otters hold hands while sleeping on calm water"
     await turn(store, "c", words)
-    seen: list[str] = []
-
-    def keep(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-        if "message_terms" in statement:
-            seen.append(statement)
-
-    event.listen(store.engine.sync_engine, "before_cursor_execute", keep)
-    try:
+    with statements(store) as seen:
         for query, joined in (
             ("otters", 1),
             ("otters otters OTTERS", 1),
@@ -360,8 +361,6 @@ async def test_a_search_joins_each_distinct_term_once(store: SqlContextStore) ->
             seen.clear()
             hits = await store.search_messages("c", query)
             assert len(hits) == 2, query
-            [statement] = seen
+            [statement] = [s for s, _ in seen if "message_terms" in s]
             assert statement.count("message_terms AS t") == joined, query
         assert await store.search_messages("c", "otters hold hands while swimming") == []
-    finally:
-        event.remove(store.engine.sync_engine, "before_cursor_execute", keep)
