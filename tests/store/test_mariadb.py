@@ -23,7 +23,7 @@ from agentcontext import (
     assistant_text,
     user,
 )
-from agentcontext.store._dialects.mysql import PACKET_NEEDED
+from agentcontext.store._dialects.mysql import PACKET_NEEDED, unpack_terms
 from tests.conftest import _my_exec, fresh_mariadb_database, require_mariadb, run_sync
 
 
@@ -246,31 +246,102 @@ async def test_errors_name_what_to_do(url: str) -> None:
             SqlContextStore(url, schema=name)
 
 
-async def test_search_entries_are_written_in_key_order_so_pages_stay_full(
+async def _entries_by_message(url: str) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """Each message's entries in the side table, and the terms its row keeps."""
+    entries: dict[int, list[int]] = {}
+    for term, seq in await _my_exec(url, "SELECT term, seq FROM message_terms ORDER BY term"):
+        entries.setdefault(int(seq), []).append(int(term))
+    kept = {
+        int(seq): unpack_terms(packed)
+        for seq, packed in await _my_exec(url, "SELECT seq, search_hashes FROM messages")
+        if packed is not None
+    }
+    return entries, kept
+
+
+async def test_the_search_table_is_one_tree_and_each_row_keeps_its_keys(
     store: SqlContextStore, url: str
 ) -> None:
-    # Out of key order InnoDB splits its pages in half: the side table took 2.5 times the
-    # pages its rows need (about 180 entries a 16 KiB page against 450).
+    # Migration 0014: one B-tree, keyed (term, seq), where there were two (a key by seq to
+    # delete by, an index by term to search by); a message's row keeps its keys instead.
     words = [f"word{i:04d}" for i in range(3000)]
     engine = ContextEngine(store=store, chat_id="c", user_id="u")
+    said: list[str] = []
     for turn_ in range(15):
-        engine.set(
-            *(
-                user(" ".join(words[(turn_ * 977 + i * 61 + k * 37) % 3000] for k in range(60)))
-                for i in range(100)
-            )
-        )
+        texts = [
+            " ".join(words[(turn_ * 977 + i * 61 + k * 37) % 3000] for k in range(60))
+            for i in range(100)
+        ]
+        said += texts
+        engine.set(*(user(text) for text in texts))
         await engine.save()
+    engine.set(user("?!"))  # (no search terms)
+    await engine.save()
     database = make_url(url).database
-    await _my_exec(url, "ANALYZE TABLE message_terms")
-    [[entries]] = await _my_exec(url, "SELECT COUNT(*) FROM message_terms")
-    [[pages]] = await _my_exec(
+    keys = await _my_exec(
         url,
-        "SELECT clust_index_size FROM information_schema.innodb_sys_tablestats "
+        "SELECT index_name, column_name FROM information_schema.statistics "
+        f"WHERE table_schema = '{database}' AND table_name = 'message_terms' "
+        "ORDER BY index_name, seq_in_index",
+    )
+    assert [tuple(row) for row in keys] == [("PRIMARY", "term"), ("PRIMARY", "seq")]
+    entries, kept = await _entries_by_message(url)
+    assert sum(map(len, entries.values())) == 180_000
+    assert kept == entries  # in ascending order, as the table holds them
+    [[messages]] = await _my_exec(url, "SELECT COUNT(*) FROM messages")
+    assert messages == len(kept) + 1
+    await _my_exec(url, "ANALYZE TABLE message_terms")
+    [[pages, others]] = await _my_exec(
+        url,
+        "SELECT clust_index_size, other_index_size FROM information_schema.innodb_sys_tablestats "
         f"WHERE name = '{database}/message_terms'",
     )
-    assert entries > 150_000
-    assert entries / pages > 350, (entries, pages)
+    assert others <= 1
+    assert 180_000 / pages > 220, pages  # (random inserts fill two thirds of a page)
+    hits = await store.search_messages("c", words[0], limit=1000)
+    assert len(hits) == sum(words[0] in text.split() for text in said)
+    assert all(f"<mark>{words[0]}</mark>" in h.snippet for h in hits)
+
+
+async def test_revision_0014_packs_the_keys_of_existing_entries_and_0013_gets_them_back(
+    url: str,
+) -> None:
+    from agentcontext.store._db import migrate as _migrate
+
+    words = ["otters", "hold", "hands", "while", "they", "sleep", "so", "do", "not", "drift"]
+    mine: dict[str, str] = {}
+    async with SqlContextStore(url) as store:
+        for chat_id in ("a", "b"):
+            engine = ContextEngine(store=store, chat_id=chat_id, user_id="u")
+            for i in range(12):
+                said = user(" ".join([*words[i % 7 :], f"{chat_id}{i}"]))
+                mine[f"{chat_id}{i}"] = said.id
+                engine.set(said, user("?"))
+                await engine.save()
+        after, kept = await _entries_by_message(url)
+        await _migrate.run_in_write_transaction(
+            store.engine, lambda c: _migrate.downgrade_in_transaction(c, "0013")
+        )
+    before, kept_before = await _entries_by_message(url)
+    assert before == after and kept_before == {}
+    [[index]] = await _my_exec(
+        url,
+        "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() "
+        "AND table_name = 'message_terms' AND index_name = 'ix_message_terms_term_seq'",
+    )
+    assert index == 2
+    for attempt in range(2):  # (the second: an upgrade run again after it was cut short)
+        if attempt:
+            await _my_exec(url, "UPDATE agentcontext_version SET version_num = '0013'")
+        async with SqlContextStore(url) as store:
+            entries, kept = await _entries_by_message(url)
+            assert entries == after and kept == after
+            hits = await store.search_messages("a", "drift a11")
+            assert [h.message.id for h in hits] == [mine["a11"]]
+    async with SqlContextStore(url) as store:
+        assert await store.delete_chat("a")
+    entries, kept = await _entries_by_message(url)
+    assert entries == kept and entries and len(entries) == len(after) // 2
 
 
 async def test_search_entries_leave_with_their_messages_on_every_delete(

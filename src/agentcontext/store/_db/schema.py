@@ -232,7 +232,9 @@ class MessageRow(Base):
     (a root has depth 1): it bounds chain walks and makes branch lengths free to read.
     ``search_hashes`` is, on PostgreSQL, the ascending distinct 32-bit hashes of the message's
     search tokens (``_tokenizer.token_hashes``; NULL for none) under the GIN index
-    `SEARCH_HASHES_INDEX`; SQLite keeps the tokens in its FTS5 table instead and leaves it
+    `SEARCH_HASHES_INDEX`; on MariaDB/MySQL, the message's keys in the side table
+    ``message_terms``, packed (`agentcontext.store._dialects.mysql.pack_terms`), by which its
+    entries are deleted with it; SQLite keeps the tokens in its FTS5 table instead and leaves it
     NULL. ``version`` lets an engine that holds a chain in memory fetch only what changed
     since it last looked.
     """
@@ -250,7 +252,10 @@ class MessageRow(Base):
     type: Mapped[str] = mapped_column(String(64))
     data: Mapped[Any] = mapped_column(JSONMessage, nullable=True)
     search_hashes: Mapped[Any] = mapped_column(
-        LargeBinary().with_variant(ARRAY(Integer()), "postgresql"), nullable=True
+        LargeBinary()
+        .with_variant(ARRAY(Integer()), "postgresql")
+        .with_variant(mysql.LONGBLOB(), *MYSQL),
+        nullable=True,
     )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     version: Mapped[int] = mapped_column(BigInteger)

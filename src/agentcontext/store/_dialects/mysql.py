@@ -19,7 +19,9 @@ What these servers make different, all of it here:
   (1 000); every connection of the store raises its own limit.
 - **Search** keys a side table, ``message_terms (term, seq)``, by each message's search terms
   (its tokens under its chat's and its user's masks, as signed 64-bit numbers): a search joins
-  the query's terms there, reading the scope's entries only.
+  the query's terms there, reading the scope's entries only. The table is its primary key
+  alone, one B-tree: a message's row keeps its terms (``search_hashes``, packed: `pack_terms`),
+  and a delete takes out exactly those keys (migration 0014).
 - **Packets.** A statement is one packet of at most ``max_allowed_packet`` bytes: a store
   reads it on each connection, says once if it is too small for the largest message a store
   takes (`PACKET_NEEDED`), and refuses a message that does not fit with the setting to raise.
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import struct
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -56,6 +59,7 @@ from sqlalchemy import (
     literal,
     select,
     text,
+    tuple_,
     type_coerce,
     update,
 )
@@ -93,6 +97,8 @@ __all__ = [
     "MySQLDialect",
     "int8_terms",
     "nopad_collation",
+    "pack_terms",
+    "unpack_terms",
 ]
 
 _log = logging.getLogger("agentcontext")
@@ -100,12 +106,13 @@ _log = logging.getLogger("agentcontext")
 TERMS = Table(
     "message_terms",
     MetaData(),
-    Column("seq", BigInteger, primary_key=True),
     Column("term", BigInteger, primary_key=True),
+    Column("seq", BigInteger, primary_key=True),
 )
 """The search index of MariaDB/MySQL (made by the migrations): one row per search term of a
-message, keyed ``(seq, term)`` and indexed ``(term, seq)``; `MySQLDialect.delete_messages`
-deletes a message's entries with it (no foreign key: migration 0012)."""
+message, keyed ``(term, seq)`` and nothing else (migration 0014). The message's row keeps the
+same terms packed in ``search_hashes`` (`pack_terms`): `MySQLDialect.delete_messages` takes
+its entries out by their keys, with it (no foreign key: migration 0012)."""
 
 PACKET_NEEDED = 64 * 2**20
 """The ``max_allowed_packet`` a store needs for its largest message: 16 MiB of text, in JSON
@@ -141,6 +148,27 @@ def errno(exc: BaseException) -> int | None:
 def nopad_collation(conn: Connection) -> str:
     """The binary, non-padding ``utf8mb4`` collation of the server ``conn`` reaches."""
     return "utf8mb4_nopad_bin" if getattr(conn.dialect, "is_mariadb", False) else "utf8mb4_0900_bin"
+
+
+def pack_terms(terms: Sequence[int]) -> bytes | None:
+    """A message's search terms as its row keeps them (``messages.search_hashes``): 8 bytes
+    each, big-endian signed, in the order given (None for none). Part of the on-disk format
+    (migration 0014 packs them the same way on the server)."""
+    return struct.pack(f">{len(terms)}q", *terms) if terms else None
+
+
+def _terms_hex(terms: Sequence[int]) -> str | None:
+    """`pack_terms` in hexadecimal digits, as statements send it (``UNHEX``, or an ``X''``
+    literal): no driver has to escape bytes (aiomysql cannot with PyMySQL 1.2)."""
+    packed = pack_terms(terms)
+    return None if packed is None else packed.hex()
+
+
+def unpack_terms(packed: bytes | None) -> list[int]:
+    """The terms `pack_terms` packed."""
+    if not packed:
+        return []
+    return list(struct.unpack(f">{len(packed) // 8}q", packed))
 
 
 def int8_terms(terms: ScopedTerms) -> list[int]:
@@ -352,9 +380,12 @@ class MySQLDialect(Dialect):
         def kept(name: str) -> Any:
             return case((same, insert.inserted[name]), else_=M.c[name])
 
-        statement = insert.values(data=bindparam("data_json", type_=Text)).on_duplicate_key_update(
-            name=kept("name"), type=kept("type"), data=kept("data"), version=kept("version")
-        )
+        statement = insert.values(
+            data=bindparam("data_json", type_=Text), search_hashes=_UNHEX_TERMS
+        ).on_duplicate_key_update(
+            name=kept("name"), type=kept("type"), data=kept("data"), version=kept("version"),
+            search_hashes=kept("search_hashes"),
+        )  # fmt: skip
         conn.execute(statement, rows)
         wanted = {row["id"]: row["chat_id"] for row in rows}
         found = conn.execute(
@@ -365,8 +396,9 @@ class MySQLDialect(Dialect):
     def delete_messages(self, conn: Connection, where: ColumnElement[bool]) -> int:
         # The search entries first: the side table has no foreign key to check on each of
         # the hundred rows a message's save writes (migration 0012), so they go here, the one
-        # way messages are deleted.
-        _unindex(conn, [int(seq) for seq in conn.execute(select(M.c.seq).where(where)).scalars()])
+        # way messages are deleted, by the keys each row keeps (migration 0014).
+        found = conn.execute(select(M.c.seq, M.c.search_hashes).where(where))
+        _unindex(conn, [(int(seq), unpack_terms(packed)) for seq, packed in found])
         # InnoDB checks a foreign key at each row, not at the end of the statement: a parent
         # deleted before its child would be refused. The links inside what goes are cut first.
         conn.execute(update(M).where(where, M.c.parent_id.is_not(None)).values(parent_id=None))
@@ -413,6 +445,7 @@ class MySQLDialect(Dialect):
                 "name": row.name,
                 "type": row.type,
                 "data_json": row.data,
+                "terms_hex": _terms_hex(sorted(int8_terms(row.terms))),
                 "created_at": row.created_at,
                 "version": version,
             }
@@ -470,13 +503,13 @@ class MySQLDialect(Dialect):
         chat_id = rows[0].chat_id
         encode_time = self.encode_time
         params: list[Any] = [owner, rows[0].parent_id, 1 if first else 0, chat_id, branch_id]
+        # Each message's search entries in key order (term; one seq each).
+        entries = [sorted(int8_terms(row.terms)) for row in rows]
         for row in rows:
             params += (
                 row.id, chat_id, row.parent_id, row.name, row.type, row.data,
                 encode_time(row.created_at),
             )  # fmt: skip
-        # Each message's search entries in key order (seq, then term).
-        entries = [sorted(int8_terms(row.terms)) for row in rows]
         if len(rows) > 1:  # (one row's seq is the insert's LAST_INSERT_ID())
             params += [row.id for row, terms in zip(rows, entries, strict=True) if terms]
         params += (encode_time(touched_at), chat_id, new_head, branch_id)
@@ -508,23 +541,20 @@ class MySQLDialect(Dialect):
         raise NotImplementedError("MariaDB/MySQL upserts messages in upsert_messages")
 
     def search_row_values(self, terms: ScopedTerms) -> dict[str, Any]:
-        return {}  # the side table is kept by index_rows / unindex_rows
+        # The row keeps its terms, by which its entries are deleted (`delete_messages`).
+        return {"terms_hex": _terms_hex(sorted(int8_terms(terms)))}
 
     def index_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
-        # In key order (seq, term): each row goes at the end of the table's last page, which
-        # InnoDB then fills before it starts the next (out of order, it splits pages in half).
-        batch = [
-            {"term": term, "seq": seq}
-            for seq, terms in sorted(rows, key=lambda row: row[0])
-            for term in sorted(int8_terms(terms))
-        ]
+        # (Each row's search_hashes was written with it: `search_row_values`, `append`.)
+        batch = sorted((term, seq) for seq, terms in rows for term in int8_terms(terms))
         for start in range(0, len(batch), 5000):
             conn.execute(
-                mysql.insert(TERMS).prefix_with("IGNORE"), batch[start : start + 5000]
-            )  # fmt: skip
+                mysql.insert(TERMS).prefix_with("IGNORE"),
+                [{"term": term, "seq": seq} for term, seq in batch[start : start + 5000]],
+            )
 
     def unindex_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
-        _unindex(conn, [seq for seq, _ in rows])
+        _unindex(conn, [(seq, int8_terms(terms)) for seq, terms in rows])
 
     def search_shape(self, terms: int) -> int:
         # A statement per number of terms joined: a join repeating a term would cost a
@@ -644,7 +674,8 @@ def _compound_append(names: Mapping[str, str], count: int, entries: list[list[in
     the version's bump, the chat, the branch; each row's id, chat, parent, name, type, data
     and time; the id of each row that has entries (if there are several rows); the time of
     the chat's activity, the chat, the new head, the branch. What is formatted in are quoted
-    table names and integers; every other value is a parameter."""
+    table names, integers and hexadecimal digits (each row's packed terms, `pack_terms`);
+    every other value is a parameter."""
     chats, branches, messages = names["chats"], names["branches"], names["messages"]
     # The chat row, then the branch row, locked (every writer's lock order); the owner and
     # the head compared in the columns' binary collation; nothing written before the checks.
@@ -656,9 +687,12 @@ def _compound_append(names: Mapping[str, str], count: int, entries: list[list[in
         f"IF f = 0 THEN {_REFUSE % 'branch'} END IF; "
         f"IF o = 0 THEN {_REFUSE % 'owner'} END IF; "
         f"IF h = 0 THEN {_REFUSE % 'moved'} END IF; "
-        f"INSERT INTO {messages} (id, chat_id, parent_id, depth, name, type, data, created_at, "
-        "version) VALUES ",
-        ", ".join(f"(%s, %s, %s, d + {step}, %s, %s, %s, %s, v)" for step in range(1, count + 1)),
+        f"INSERT INTO {messages} (id, chat_id, parent_id, depth, name, type, data, "
+        "search_hashes, created_at, version) VALUES ",
+        ", ".join(
+            f"(%s, %s, %s, d + {step}, %s, %s, %s, {_hex_literal(terms)}, %s, v)"
+            for step, terms in enumerate(entries, 1)
+        ),
         "; ",
     ]
     for terms in entries:
@@ -683,6 +717,12 @@ def _compound_append(names: Mapping[str, str], count: int, entries: list[list[in
     return "".join(parts)
 
 
+def _hex_literal(terms: Sequence[int]) -> str:
+    """A row's packed terms (`pack_terms`) as a literal of the statement."""
+    digits = _terms_hex(terms)
+    return "NULL" if digits is None else f"X'{digits}'"
+
+
 _REASONS: dict[str, Literal["branch", "owner", "moved"]] = {
     "branch": "branch",
     "owner": "owner",
@@ -690,11 +730,18 @@ _REASONS: dict[str, Literal["branch", "owner", "moved"]] = {
 }
 
 
-def _unindex(conn: Connection, seqs: Sequence[int]) -> None:
-    """Delete every search entry of these messages (the PRIMARY KEY starts with seq: the
-    terms are not needed)."""
-    for start in range(0, len(seqs), 2000):
-        conn.execute(delete(TERMS).where(TERMS.c.seq.in_(seqs[start : start + 2000])))
+def _unindex(conn: Connection, rows: Sequence[tuple[int, Sequence[int]]]) -> None:
+    """Delete the search entries ``(term, seq)`` of these ``(seq, terms)``, by their keys, in
+    key order (a list of keys the server reads as that many ranges of the primary key)."""
+    keys = sorted((term, seq) for seq, terms in rows for term in terms)
+    for start in range(0, len(keys), _UNINDEX_CHUNK):
+        chunk = keys[start : start + _UNINDEX_CHUNK]
+        conn.execute(delete(TERMS).where(tuple_(TERMS.c.term, TERMS.c.seq).in_(chunk)))
+
+
+_UNINDEX_CHUNK = 1000
+"""Keys one delete names (the server's range optimizer plans each list in memory of its own,
+``range_optimizer_max_mem_size``; past it, a statement would read the whole table)."""
 
 
 def _refused_reason(exc: BaseException) -> Literal["branch", "owner", "moved"] | None:
@@ -741,7 +788,11 @@ def _reset(dbapi_connection: Any, record: Any, reset_state: Any) -> None:
         dbapi_connection.rollback()
 
 
-_INSERT_MESSAGES = mysql.insert(M).values(data=bindparam("data_json", type_=Text))
+_UNHEX_TERMS = func.unhex(bindparam("terms_hex", type_=Text), type_=LargeBinary)
+"""A message's ``search_hashes`` from `_terms_hex` (the parameter ``terms_hex``)."""
+_INSERT_MESSAGES = mysql.insert(M).values(
+    data=bindparam("data_json", type_=Text), search_hashes=_UNHEX_TERMS
+)
 _INSERT_MESSAGES_RETURNING = _INSERT_MESSAGES.returning(M.c.id, M.c.seq)
 _LOCK_FOR_APPEND = (
     select(C.c.user_id, C.c.version, B.c.head_message_id, B.c.head_depth)
