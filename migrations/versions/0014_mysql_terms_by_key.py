@@ -44,16 +44,24 @@ depends_on: str | Sequence[str] | None = None
 MYSQL = ("mysql", "mariadb")
 INDEX = "ix_message_terms_term_seq"
 
-# Each message's entries, packed as `pack_terms` packs them: HEX of a BIGINT is its 64-bit
-# two's complement, so the 16 digits of each term, in ascending order, are its 8 bytes.
-FILL = """
-UPDATE {messages} AS m JOIN (
-    SELECT seq, UNHEX(GROUP_CONCAT(LPAD(HEX(term), 16, '0') ORDER BY term SEPARATOR '')) AS packed
-    FROM {terms} GROUP BY seq
-) AS x ON x.seq = m.seq
-SET m.search_hashes = x.packed
-WHERE m.search_hashes IS NULL
-"""
+# (Core tables and DDL against them: their names are translated to the store's schema.)
+_meta = sa.MetaData()
+TERMS = sa.Table(
+    "message_terms", _meta, sa.Column("term", sa.BigInteger), sa.Column("seq", sa.BigInteger)
+)
+MESSAGES = sa.Table(
+    "messages", _meta, sa.Column("seq", sa.BigInteger), sa.Column("search_hashes", sa.LargeBinary)
+)
+
+PACKED = "UNHEX(GROUP_CONCAT(LPAD(HEX(term), 16, '0') ORDER BY term SEPARATOR ''))"
+"""A message's entries packed as `pack_terms` packs them: HEX of a BIGINT is its 64-bit two's
+complement, so the 16 digits of each term, in ascending order, are its 8 bytes."""
+LONG_CONCAT = "SET SESSION group_concat_max_len = 1073741824"
+
+BY_TERM = "ALTER TABLE %(fullname)s DROP PRIMARY KEY, ADD PRIMARY KEY (term, seq)"
+BY_TERM_WITHOUT_INDEX = f"{BY_TERM}, DROP INDEX {INDEX}"
+BY_SEQ = "ALTER TABLE %(fullname)s DROP PRIMARY KEY, ADD PRIMARY KEY (seq, term)"
+BY_SEQ_WITH_INDEX = f"{BY_SEQ}, ADD INDEX {INDEX} (term, seq)"
 
 
 def _mysql() -> bool:
@@ -75,10 +83,11 @@ def _state() -> tuple[list[str], set[str], bool] | None:
     return key, indexes, isinstance(column["type"], mysql.LONGBLOB)
 
 
-def _qualified(name: str) -> str:
-    schema = op.get_context().version_table_schema
-    quote = op.get_bind().dialect.identifier_preparer.quote if not op.get_context().as_sql else str
-    return f"{quote(schema)}.{quote(name)}" if schema else quote(name)
+def _search_hashes(type_: sa.types.TypeEngine[bytes], existing: sa.types.TypeEngine[bytes]) -> None:
+    op.alter_column(
+        "messages", "search_hashes", type_=type_, existing_type=existing, existing_nullable=True,
+        schema=op.get_context().version_table_schema,
+    )  # fmt: skip
 
 
 def upgrade() -> None:
@@ -87,18 +96,21 @@ def upgrade() -> None:
     state = _state()
     key, indexes, long_blob = state if state is not None else (["seq", "term"], {INDEX}, False)
     if not long_blob:
-        op.alter_column(
-            "messages", "search_hashes", type_=mysql.LONGBLOB(), existing_type=sa.LargeBinary(),
-            existing_nullable=True, schema=op.get_context().version_table_schema,
-        )  # fmt: skip
+        _search_hashes(mysql.LONGBLOB(), sa.LargeBinary())
     if key == ["term", "seq"]:
         return
-    op.execute(f"SET SESSION group_concat_max_len = {1 << 30}")
-    op.execute(FILL.format(messages=_qualified("messages"), terms=_qualified("message_terms")))
-    steps = ["DROP PRIMARY KEY", "ADD PRIMARY KEY (term, seq)"]
-    if INDEX in indexes:
-        steps.append(f"DROP INDEX {INDEX}")
-    op.execute(f"ALTER TABLE {_qualified('message_terms')} {', '.join(steps)}")
+    op.execute(LONG_CONCAT)
+    packed = (
+        sa.select(TERMS.c.seq, sa.literal_column(PACKED).label("packed"))
+        .group_by(TERMS.c.seq)
+        .subquery("x")
+    )
+    op.execute(
+        sa.update(MESSAGES)
+        .where(MESSAGES.c.seq == packed.c.seq, MESSAGES.c.search_hashes.is_(None))
+        .values(search_hashes=packed.c.packed)
+    )
+    op.execute(sa.DDL(BY_TERM_WITHOUT_INDEX if INDEX in indexes else BY_TERM).against(TERMS))
 
 
 def downgrade() -> None:
@@ -107,13 +119,7 @@ def downgrade() -> None:
     state = _state()
     key, indexes, long_blob = state if state is not None else (["term", "seq"], set(), True)
     if key != ["seq", "term"]:
-        steps = ["DROP PRIMARY KEY", "ADD PRIMARY KEY (seq, term)"]
-        if INDEX not in indexes:
-            steps.append(f"ADD INDEX {INDEX} (term, seq)")
-        op.execute(f"ALTER TABLE {_qualified('message_terms')} {', '.join(steps)}")
+        op.execute(sa.DDL(BY_SEQ if INDEX in indexes else BY_SEQ_WITH_INDEX).against(TERMS))
     if long_blob:
-        op.execute(f"UPDATE {_qualified('messages')} SET search_hashes = NULL")  # noqa: S608
-        op.alter_column(
-            "messages", "search_hashes", type_=sa.LargeBinary(), existing_type=mysql.LONGBLOB(),
-            existing_nullable=True, schema=op.get_context().version_table_schema,
-        )  # fmt: skip
+        op.execute(sa.update(MESSAGES).values(search_hashes=None))
+        _search_hashes(sa.LargeBinary(), mysql.LONGBLOB())

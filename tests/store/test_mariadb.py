@@ -396,6 +396,41 @@ async def test_search_entries_leave_with_their_messages_on_every_delete(
     assert await entries() == 0
 
 
+async def test_a_save_is_one_statement_that_commits_itself(url: str) -> None:
+    # No COMMIT after it, and no ROLLBACK when its connection goes back to the pool: the
+    # server counts what the client sent (Questions), on the store's one connection.
+    async def sent(store: SqlContextStore) -> int:
+        async with store.engine.connect() as conn:
+            found = await conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Questions'")
+            return int(found.one()[1])
+
+    async with SqlContextStore(url, pool_size=1) as store:
+        engine = ContextEngine(store=store, chat_id="c", user_id="u")
+        engine.set(user("first"))
+        await engine.save()
+        before = await sent(store)
+        for i in range(10):
+            engine.set(user(f"turn {i}"), assistant_text(f"reply {i}"))
+            await engine.save()
+        # 10 saves, the SHOW, and the ROLLBACK that closed the first reading.
+        assert await sent(store) - before == 12
+        stale = ContextEngine(store=store, chat_id="c", user_id="u")
+        await stale.resolve()
+        engine.set(user("moved on"))
+        await engine.save()
+        stale.set(user("grafted"))
+        await stale.save()  # refused by the compare-and-swap, then grafted
+    async with SqlContextStore(url) as other:  # another engine: what was committed
+        reader = ContextEngine(store=other, chat_id="c", user_id="u")
+        texts = [m.text for m in (await reader.resolve()).messages]
+        assert texts[0] == "first" and texts[-2:] == ["moved on", "grafted"]
+        assert len(texts) == 23
+        [[open_transactions]] = await _my_exec(
+            url, "SELECT COUNT(*) FROM information_schema.innodb_trx"
+        )
+        assert open_transactions == 0
+
+
 async def test_a_page_after_a_deep_cursor_reads_one_page_of_the_index(
     store: SqlContextStore,
 ) -> None:

@@ -10,8 +10,9 @@ What these servers make different, all of it here:
 - **No data-modifying CTE, no RETURNING.** The append of a save is one short transaction:
   a locking read of the chat row, then the branch row (every writer's lock order), the
   message rows, their search terms, the chat's activity, the branch's head; the
-  compare-and-swap is the locking read (the head must be the first row's parent). Upserts
-  read back what they wrote.
+  compare-and-swap is the locking read (the head must be the first row's parent). On MariaDB
+  it is one compound statement that commits itself: one round trip. Upserts read back what
+  they wrote.
 - **Deadlocks and lock wait timeouts** (1213, 1205) roll the transaction back: the unit is
   run again (`is_transient`), never reported as a driver error.
 - **Recursive walks** are not cut: MariaDB stops a recursive CTE after
@@ -193,7 +194,7 @@ class MySQLDialect(Dialect):
     options = frozenset({"connect_timeout", "command_timeout", "schema"})
     first_revision = "0011"  # the schema as it was then, made at once
     append_chunk = 500
-    atomic_append = False  # an append is several statements: a write transaction
+    atomic_append = True  # a statement that commits itself (MariaDB), or a unit that commits
     exact_candidates = False
     search_mode = "read"
     # No partial index here: one active branch per chat is a unique index on a generated
@@ -418,11 +419,35 @@ class MySQLDialect(Dialect):
         owner: str,
         report_version: bool = True,
     ) -> int | None:
+        # Run on its own ("atomic": outside a transaction), the append commits itself;
+        # inside a transaction (the caller's, or a unit's), it leaves the commit to it.
+        alone = not conn.in_transaction()
         if self.compound_append and getattr(conn.dialect, "is_mariadb", False):
             return self._append_compound(
                 conn, branch_id, rows, first=first, new_head=new_head, touched_at=touched_at,
-                owner=owner,
+                owner=owner, commit=alone,
             )  # fmt: skip
+        version = self._append_statements(
+            conn, branch_id, rows, first=first, new_head=new_head, touched_at=touched_at,
+            owner=owner,
+        )  # fmt: skip
+        if alone:
+            conn.commit()
+        return version
+
+    def _append_statements(
+        self,
+        conn: Connection,
+        branch_id: str,
+        rows: Sequence[MessageRow],
+        *,
+        first: bool,
+        new_head: str,
+        touched_at: datetime,
+        owner: str,
+    ) -> int:
+        """MySQL's append (and MariaDB's without `compound_append`): its statements one by one,
+        in the caller's transaction."""
         chat_id = rows[0].chat_id
         _check_packet(conn, [row.data for row in rows])
         # One locking read of the chat row, then the branch row (the lock order of every
@@ -496,10 +521,13 @@ class MySQLDialect(Dialect):
         new_head: str,
         touched_at: datetime,
         owner: str,
+        commit: bool,
     ) -> int:
         """MariaDB's append: the statements of `append` in one compound statement (``BEGIN
         NOT ATOMIC ... END``), one round trip; its checks refuse with a ``SIGNAL`` naming
-        the `AppendRefused` reason, before anything is written."""
+        the `AppendRefused` reason, before anything is written. With ``commit``, the
+        statement ends with the transaction's ``COMMIT`` (no second round trip), and the
+        connection is marked so that closing it does not roll back (`install_hooks`)."""
         chat_id = rows[0].chat_id
         encode_time = self.encode_time
         params: list[Any] = [owner, rows[0].parent_id, 1 if first else 0, chat_id, branch_id]
@@ -513,10 +541,10 @@ class MySQLDialect(Dialect):
         if len(rows) > 1:  # (one row's seq is the insert's LAST_INSERT_ID())
             params += [row.id for row, terms in zip(rows, entries, strict=True) if terms]
         params += (encode_time(touched_at), chat_id, new_head, branch_id)
-        sql = _compound_append(self._names(conn), len(rows), entries)
+        sql = _compound_append(self._names(conn), len(rows), entries, commit)
         _check_packet(conn, [row.data for row in rows] + [sql])
         try:
-            return int(conn.exec_driver_sql(sql, tuple(params)).scalar_one())
+            version = int(conn.exec_driver_sql(sql, tuple(params)).scalar_one())
         except DBAPIError as exc:
             reason = _refused_reason(exc)
             if reason is not None:
@@ -524,6 +552,9 @@ class MySQLDialect(Dialect):
             if self.is_unique_violation(exc):
                 raise AppendRefused("exists") from None
             raise
+        if commit:
+            conn.info[_COMMITTED] = True
+        return version
 
     def _names(self, conn: Connection) -> dict[str, str]:
         """The tables of a compound statement as it writes them: in the store's schema,
@@ -668,14 +699,16 @@ _REFUSE = f"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{_REFUSED}%s';"
 """A compound append's refusal (error 1644), naming the `AppendRefused` reason."""
 
 
-def _compound_append(names: Mapping[str, str], count: int, entries: list[list[int]]) -> str:
+def _compound_append(
+    names: Mapping[str, str], count: int, entries: list[list[int]], commit: bool
+) -> str:
     """The compound statement of an append of ``count`` rows whose search entries are
-    ``entries`` (one list per row). Its parameters, in order: the owner, the expected head,
-    the version's bump, the chat, the branch; each row's id, chat, parent, name, type, data
-    and time; the id of each row that has entries (if there are several rows); the time of
-    the chat's activity, the chat, the new head, the branch. What is formatted in are quoted
-    table names, integers and hexadecimal digits (each row's packed terms, `pack_terms`);
-    every other value is a parameter."""
+    ``entries`` (one list per row), ending with a ``COMMIT`` if ``commit``. Its parameters,
+    in order: the owner, the expected head, the version's bump, the chat, the branch; each
+    row's id, chat, parent, name, type, data and time; the id of each row that has entries
+    (if there are several rows); the time of the chat's activity, the chat, the new head,
+    the branch. What is formatted in are quoted table names, integers and hexadecimal digits
+    (each row's packed terms, `pack_terms`); every other value is a parameter."""
     chats, branches, messages = names["chats"], names["branches"], names["messages"]
     # The chat row, then the branch row, locked (every writer's lock order); the owner and
     # the head compared in the columns' binary collation; nothing written before the checks.
@@ -712,7 +745,7 @@ def _compound_append(names: Mapping[str, str], count: int, entries: list[list[in
     parts.append(
         f"UPDATE {chats} SET updated_at = %s, version = v, message_count = message_count + "  # noqa: S608
         f"{count:d} WHERE id = %s; UPDATE {branches} SET head_message_id = %s, "
-        f"head_depth = d + {count:d} WHERE id = %s; SELECT v; END"
+        f"head_depth = d + {count:d} WHERE id = %s; {'COMMIT; ' if commit else ''}SELECT v; END"
     )
     return "".join(parts)
 
@@ -775,11 +808,35 @@ _VERSION = Table(VERSION_TABLE, MetaData(), Column("version_num", String(32), pr
 
 _IN_TRANSACTION = 1
 """The server's status flag SERVER_STATUS_IN_TRANS, as the drivers keep it."""
+_COMMITTED = "agentcontext_committed"
+"""A connection's ``info`` key: its last statement committed the transaction itself (a
+compound append), so that SQLAlchemy's rollback when the connection closes is skipped."""
+
+
+def _skip_committed(do_rollback: Any) -> Any:
+    """The dialect's rollback, skipped right after a statement that committed the transaction
+    itself, when the server's last status says no transaction is open (a round trip saved on
+    every save)."""
+
+    def rollback(dbapi_connection: Any) -> None:
+        try:
+            info = dbapi_connection.info  # (the pool's connection: its record's info)
+        except (AttributeError, NotImplementedError):
+            info = None  # (a connection being set up)
+        if isinstance(info, dict) and info.pop(_COMMITTED, False):
+            driver = getattr(dbapi_connection, "driver_connection", None)
+            status = getattr(driver, "server_status", None)
+            if isinstance(status, int) and not status & _IN_TRANSACTION:
+                return
+        do_rollback(dbapi_connection)
+
+    return rollback
 
 
 def _reset(dbapi_connection: Any, record: Any, reset_state: Any) -> None:
     """Reset a connection returned to the pool: a rollback unless the server's last status
     says no transaction is open (an unknown status is rolled back)."""
+    record.info.pop(_COMMITTED, None)
     if reset_state.terminate_only:
         return
     driver = getattr(dbapi_connection, "driver_connection", None)
@@ -813,6 +870,8 @@ def install_hooks(engine: AsyncEngine, command_timeout: float | None) -> None:
     if sync_engine.__dict__.get("_agentcontext_hooks"):
         return
     sync_engine.__dict__["_agentcontext_hooks"] = True
+    dialect = sync_engine.dialect
+    dialect.do_rollback = _skip_committed(dialect.do_rollback)  # type: ignore[method-assign]
 
     @event.listens_for(sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, record: Any) -> None:
