@@ -6,7 +6,7 @@ which a message's entries were deleted without knowing them, and an index ``(ter
 which a search reads them. Every save wrote each of its ~120 entries to both. From here the
 table is its primary key ``(term, seq)`` alone, and a message's row keeps the same keys in
 ``messages.search_hashes`` (8 bytes each, big-endian signed, ascending:
-``agentcontext.store._dialects.mysql.pack_terms``), by which `MySQLDialect.delete_messages`
+``agentcontext.store._dialects.mysql_search.pack_terms``), by which `MySQLDialect.delete_messages`
 deletes its entries, whatever became of the key that made them (an erased user's). Measured
 on MariaDB 10.11 with 16 writers: the server's time per turn fell by about a third.
 

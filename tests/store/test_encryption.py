@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,7 @@ from agentcontext import (
 from agentcontext.messages import Message
 from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store import ChatUpdate, MessageRecord, SearchResult, SqlContextStore
+from tests.helpers import chain
 
 PLANT = "qzvplanted" + secrets.token_hex(4)
 SEARCH_EXAMPLES = int(os.environ.get("AGENTCONTEXT_PARITY_EXAMPLES", "60")) // 4
@@ -312,6 +314,54 @@ async def test_erasure_destroys_the_key_so_a_backup_cannot_be_read(
         assert [chat.title for chat in bob] == ["bob's chat"]
         assert await store.search_messages("c-bob", "secret")
         assert await store.search_user_messages("alice", "secret") == []
+
+
+async def test_a_user_whose_key_was_destroyed_is_still_deleted_whole(
+    backend: str, store_url: str, provider: LocalKeyProvider
+) -> None:
+    """A backup restored after an erasure holds rows no key opens any more: every delete
+    still works on them (nothing of their text is needed) and says what it deleted, and the
+    search of everyone else is untouched."""
+    async with SqlContextStore(store_url, encryption=provider) as store:
+        for chat_id in ("a1", "a2", "a3", "a4"):
+            engine = ContextEngine(store=store, chat_id=chat_id, user_id="alice")
+            engine.set(user("secret plans", id=f"{chat_id}-q"), assistant_text("kept secret"))
+            await engine.save()
+        await store.fork_branch(
+            "a4", "main", head_message_id="a4-q", activate=False, name="alt",
+            messages=chain("a4", 1, prefix="a4-alt", parent="a4-q"),
+        )  # fmt: skip
+        await store.create_checkpoint("a4", "cp", "a4-alt0")
+        await store.delete_branch("a4", "alt")  # a4-alt0: kept by the checkpoint alone
+        engine = ContextEngine(store=store, chat_id="b1", user_id="bob")
+        engine.set(user("secret of bob"))
+        await engine.save()
+        assert await provider.destroy_data_key("alice")
+    async with SqlContextStore(store_url, encryption=provider) as store:
+        with pytest.raises(EncryptionError):
+            await store.get_messages("a1")  # unreadable, as it should be
+        assert await store.delete_chat("a1")
+        assert not await store.delete_chat("a2", user_id="bob")  # (not bob's)
+        purged = await store.purge("a4")
+        assert purged.deleted_messages == 0  # (the checkpoint keeps the old head)
+        await store.delete_checkpoint("a4", "cp")
+        assert (await store.purge("a4")).deleted_messages == 1
+        pruned = await store.prune(
+            older_than=datetime.now(UTC) + timedelta(days=1), user_id="alice"
+        )
+        assert sorted(pruned.chat_ids) == ["a2", "a3", "a4"]
+        assert all(chat.damaged and "destroyed" in chat.damaged for chat in pruned.chats)
+        assert pruned.deleted["messages"] == 6
+        erased = await store.erase_user("alice")
+        assert erased.chat_ids == [] and erased.keys_destroyed == 0
+        assert await store.search_user_messages("alice", "secret") == []
+        assert [hit.message.chat_id for hit in await store.search_user_messages("bob", "secret")]
+        engine = ContextEngine(store=store, chat_id="c1", user_id="carol")
+        engine.set(user("secret recipe"))  # (SQLite may give it a deleted message's row id)
+        await engine.save()
+        hits = await store.search_messages("c1", "secret")
+        assert [hit.snippet for hit in hits] == ["<mark>secret</mark> recipe"]
+        assert [chat.id for chat in await store.list_chats()] == ["c1", "b1"]
 
 
 async def test_without_the_provider_or_with_a_wrong_master_key_nothing_reads(

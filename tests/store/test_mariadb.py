@@ -23,7 +23,8 @@ from agentcontext import (
     assistant_text,
     user,
 )
-from agentcontext.store._dialects.mysql import PACKET_NEEDED, unpack_terms
+from agentcontext.store._dialects.mysql import PACKET_NEEDED
+from agentcontext.store._dialects.mysql_search import unpack_terms
 from tests.conftest import _my_exec, fresh_mariadb_database, require_mariadb, run_sync
 
 

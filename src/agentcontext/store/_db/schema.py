@@ -233,7 +233,7 @@ class MessageRow(Base):
     ``search_hashes`` is, on PostgreSQL, the ascending distinct 32-bit hashes of the message's
     search tokens (``_tokenizer.token_hashes``; NULL for none) under the GIN index
     `SEARCH_HASHES_INDEX`; on MariaDB/MySQL, the message's keys in the side table
-    ``message_terms``, packed (`agentcontext.store._dialects.mysql.pack_terms`), by which its
+    ``message_terms``, packed (`agentcontext.store._dialects.mysql_search.pack_terms`), by which its
     entries are deleted with it; SQLite keeps the tokens in its FTS5 table instead and leaves it
     NULL. ``version`` lets an engine that holds a chain in memory fetch only what changed
     since it last looked.

@@ -34,13 +34,11 @@ from __future__ import annotations
 
 import json
 import logging
-import struct
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from sqlalchemy import (
-    BigInteger,
     Column,
     ColumnElement,
     Connection,
@@ -60,7 +58,6 @@ from sqlalchemy import (
     literal,
     select,
     text,
-    tuple_,
     type_coerce,
     update,
 )
@@ -89,43 +86,32 @@ from agentcontext.store._dialects.base import (
     candidate_columns,
     orig,
 )
+from agentcontext.store._dialects.mysql_search import (
+    QUERY_TERMS,
+    TERMS,
+    hex_literal,
+    int8_terms,
+    query_terms_params,
+    terms_hex,
+    unindex,
+    unpack_terms,
+)
 from agentcontext.store._rows.decode import damaged_time
 from agentcontext.store._rows.terms import ScopedTerms
 
 __all__ = [
     "PACKET_NEEDED",
-    "TERMS",
     "MySQLDialect",
-    "int8_terms",
     "nopad_collation",
-    "pack_terms",
-    "unpack_terms",
 ]
 
 _log = logging.getLogger("agentcontext")
-
-TERMS = Table(
-    "message_terms",
-    MetaData(),
-    Column("term", BigInteger, primary_key=True),
-    Column("seq", BigInteger, primary_key=True),
-)
-"""The search index of MariaDB/MySQL (made by the migrations): one row per search term of a
-message, keyed ``(term, seq)`` and nothing else (migration 0014). The message's row keeps the
-same terms packed in ``search_hashes`` (`pack_terms`): `MySQLDialect.delete_messages` takes
-its entries out by their keys, with it (no foreign key: migration 0012)."""
 
 PACKET_NEEDED = 64 * 2**20
 """The ``max_allowed_packet`` a store needs for its largest message: 16 MiB of text, in JSON
 (escaped characters take more room), sent in one statement."""
 _PACKET_MARGIN = 64 * 1024
 """Room a statement needs besides its values."""
-
-_QUERY_TERMS = 4
-"""Terms one search statement joins (a longer query's other words are checked in Python)."""
-
-_SIGN = 1 << 63
-_MASK64 = (1 << 64) - 1
 
 _SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 _MIGRATION_LOCK = "agentcontext_migrate"
@@ -149,38 +135,6 @@ def errno(exc: BaseException) -> int | None:
 def nopad_collation(conn: Connection) -> str:
     """The binary, non-padding ``utf8mb4`` collation of the server ``conn`` reaches."""
     return "utf8mb4_nopad_bin" if getattr(conn.dialect, "is_mariadb", False) else "utf8mb4_0900_bin"
-
-
-def pack_terms(terms: Sequence[int]) -> bytes | None:
-    """A message's search terms as its row keeps them (``messages.search_hashes``): 8 bytes
-    each, big-endian signed, in the order given (None for none). Part of the on-disk format
-    (migration 0014 packs them the same way on the server)."""
-    return struct.pack(f">{len(terms)}q", *terms) if terms else None
-
-
-def _terms_hex(terms: Sequence[int]) -> str | None:
-    """`pack_terms` in hexadecimal digits, as statements send it (``UNHEX``, or an ``X''``
-    literal): no driver has to escape bytes (aiomysql cannot with PyMySQL 1.2)."""
-    packed = pack_terms(terms)
-    return None if packed is None else packed.hex()
-
-
-def unpack_terms(packed: bytes | None) -> list[int]:
-    """The terms `pack_terms` packed."""
-    if not packed:
-        return []
-    return list(struct.unpack(f">{len(packed) // 8}q", packed))
-
-
-def int8_terms(terms: ScopedTerms) -> list[int]:
-    """A message's search terms as MariaDB/MySQL keys them: for each token, its hash under its
-    chat's mask, then under its user's (their XOR), as a signed 64-bit number. Part of the
-    on-disk format."""
-    chat, user = terms.chat, terms.user
-    hashes = terms.hashes
-    return [((h ^ chat) & _MASK64) - _SIGN for h in hashes] + [
-        ((h ^ user) & _MASK64) - _SIGN for h in hashes
-    ]
 
 
 class MySQLDialect(Dialect):
@@ -399,7 +353,7 @@ class MySQLDialect(Dialect):
         # the hundred rows a message's save writes (migration 0012), so they go here, the one
         # way messages are deleted, by the keys each row keeps (migration 0014).
         found = conn.execute(select(M.c.seq, M.c.search_hashes).where(where))
-        _unindex(conn, [(int(seq), unpack_terms(packed)) for seq, packed in found])
+        unindex(conn, [(int(seq), unpack_terms(packed)) for seq, packed in found])
         # InnoDB checks a foreign key at each row, not at the end of the statement: a parent
         # deleted before its child would be refused. The links inside what goes are cut first.
         conn.execute(update(M).where(where, M.c.parent_id.is_not(None)).values(parent_id=None))
@@ -470,7 +424,7 @@ class MySQLDialect(Dialect):
                 "name": row.name,
                 "type": row.type,
                 "data_json": row.data,
-                "terms_hex": _terms_hex(sorted(int8_terms(row.terms))),
+                "terms_hex": terms_hex(sorted(int8_terms(row.terms))),
                 "created_at": row.created_at,
                 "version": version,
             }
@@ -573,7 +527,7 @@ class MySQLDialect(Dialect):
 
     def search_row_values(self, terms: ScopedTerms) -> dict[str, Any]:
         # The row keeps its terms, by which its entries are deleted (`delete_messages`).
-        return {"terms_hex": _terms_hex(sorted(int8_terms(terms)))}
+        return {"terms_hex": terms_hex(sorted(int8_terms(terms)))}
 
     def index_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
         # (Each row's search_hashes was written with it: `search_row_values`, `append`.)
@@ -585,13 +539,13 @@ class MySQLDialect(Dialect):
             )
 
     def unindex_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
-        _unindex(conn, [(seq, int8_terms(terms)) for seq, terms in rows])
+        unindex(conn, [(seq, int8_terms(terms)) for seq, terms in rows])
 
     def search_shape(self, terms: int) -> int:
         # A statement per number of terms joined: a join repeating a term would cost a
         # lookup of the table's primary key per candidate (a third of a one-word search's
         # statement at a million messages).
-        return max(1, min(terms, _QUERY_TERMS))
+        return max(1, min(terms, QUERY_TERMS))
 
     def _candidates(self, scope: ColumnElement[bool], shape: int) -> Select[Any]:
         # The first term's rows of the scope, newest first, that every other term has too:
@@ -616,9 +570,8 @@ class MySQLDialect(Dialect):
         )
 
     def search_params(self, mask: int, hashes: list[int]) -> dict[str, Any]:
-        terms = [((h ^ mask) & _MASK64) - _SIGN for h in hashes[:_QUERY_TERMS]]
         # (the statement of `search_shape(len(hashes))` joins this many terms)
-        return {f"term_{index}": term for index, term in enumerate(terms or [0])}
+        return query_terms_params(mask, hashes)
 
     # --- locks and errors ----------------------------------------------------------------------
 
@@ -723,7 +676,7 @@ def _compound_append(
         f"INSERT INTO {messages} (id, chat_id, parent_id, depth, name, type, data, "
         "search_hashes, created_at, version) VALUES ",
         ", ".join(
-            f"(%s, %s, %s, d + {step}, %s, %s, %s, {_hex_literal(terms)}, %s, v)"
+            f"(%s, %s, %s, d + {step}, %s, %s, %s, {hex_literal(terms)}, %s, v)"
             for step, terms in enumerate(entries, 1)
         ),
         "; ",
@@ -750,31 +703,11 @@ def _compound_append(
     return "".join(parts)
 
 
-def _hex_literal(terms: Sequence[int]) -> str:
-    """A row's packed terms (`pack_terms`) as a literal of the statement."""
-    digits = _terms_hex(terms)
-    return "NULL" if digits is None else f"X'{digits}'"
-
-
 _REASONS: dict[str, Literal["branch", "owner", "moved"]] = {
     "branch": "branch",
     "owner": "owner",
     "moved": "moved",
 }
-
-
-def _unindex(conn: Connection, rows: Sequence[tuple[int, Sequence[int]]]) -> None:
-    """Delete the search entries ``(term, seq)`` of these ``(seq, terms)``, by their keys, in
-    key order (a list of keys the server reads as that many ranges of the primary key)."""
-    keys = sorted((term, seq) for seq, terms in rows for term in terms)
-    for start in range(0, len(keys), _UNINDEX_CHUNK):
-        chunk = keys[start : start + _UNINDEX_CHUNK]
-        conn.execute(delete(TERMS).where(tuple_(TERMS.c.term, TERMS.c.seq).in_(chunk)))
-
-
-_UNINDEX_CHUNK = 1000
-"""Keys one delete names (the server's range optimizer plans each list in memory of its own,
-``range_optimizer_max_mem_size``; past it, a statement would read the whole table)."""
 
 
 def _refused_reason(exc: BaseException) -> Literal["branch", "owner", "moved"] | None:

@@ -70,7 +70,7 @@ from agentcontext.store._dialects.base import (
 from agentcontext.store._dialects.base import (
     message_upsert as _message_upsert,
 )
-from agentcontext.store._rows.codec import stored_terms
+from agentcontext.store._rows.codec import stored_terms, terms_to_unindex
 from agentcontext.store._rows.decode import damaged_time
 from agentcontext.store._rows.terms import ScopedTerms
 
@@ -524,7 +524,8 @@ class SqliteDialect(Dialect):
             if found is not None and found[1] == user_id and found[0] == raw:
                 text = found[2]
             else:
-                text = fts_terms(stored_terms(self, raw, chat_id, message_id, user_id))
+                terms = terms_to_unindex(self, raw, chat_id, message_id, user_id)
+                text = "" if terms is None else fts_terms(terms)
             if text:
                 batch.append((int(seq), text))
             if len(batch) >= _UNINDEX_CHUNK:

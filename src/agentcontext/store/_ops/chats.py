@@ -16,6 +16,7 @@ from agentcontext.errors import (
     ChatExistsError,
     ChatNotFoundError,
     CorruptDataError,
+    EncryptionError,
     InvalidInputError,
     InvalidTypeError,
     MessageNotFoundError,
@@ -277,10 +278,14 @@ def check_cursor(after: object) -> tuple[datetime, str] | None:
     return found
 
 
-def list_chats(conn: Connection, dialect: Dialect, query: Select[Any]) -> list[ChatInfo]:
+def list_chats(
+    conn: Connection, dialect: Dialect, query: Select[Any], *, sealed_ok: bool = False
+) -> list[ChatInfo]:
     """Run a `list_query`. A chat row that cannot be decoded is listed with
     ``ChatInfo.damaged`` saying what is wrong (and logged), so one damaged row never hides the
-    others."""
+    others. With ``sealed_ok`` (what a deletion reports), so is a chat whose title and
+    metadata cannot be opened (its owner's data key was destroyed) instead of raising
+    `EncryptionError`."""
     infos = []
     rows = conn.execute(query).all()
     if dialect.sealer.encrypted:
@@ -292,6 +297,10 @@ def list_chats(conn: Connection, dialect: Dialect, query: Select[Any]) -> list[C
             infos.append(_rows.build(ChatInfo, fields))
         except CorruptDataError as exc:
             _log.warning("%s", exc)
+            infos.append(_damaged_info(row, counts, str(exc)))
+        except EncryptionError as exc:
+            if not sealed_ok:
+                raise
             infos.append(_damaged_info(row, counts, str(exc)))
     return infos
 
@@ -333,12 +342,11 @@ def missing_message_error(conn: Connection, chat_id: str, message_id: str) -> Me
 
 def delete_chat(conn: Connection, dialect: Dialect, chat_id: str, user_id: str | None) -> bool:
     """Delete a chat with everything it holds (write transaction); False if it is unknown or
-    another user's."""
-    try:
-        chat = lock(conn, dialect, chat_id)
-    except ChatNotFoundError:
-        return False
-    if user_id is not None and chat.user_id != user_id:
+    another user's. Nothing of the chat is opened: a chat whose owner's data key was destroyed
+    (a backup restored after an erasure) is deleted as any other."""
+    dialect.lock_chat(conn, chat_id)
+    owner = owner_of(conn, chat_id)
+    if owner is None or (user_id is not None and owner != user_id):
         return False
     delete_rows(conn, dialect, chat_id)
     return True

@@ -28,6 +28,7 @@ from agentcontext.store._rows.codec import (
     message_rows,
     row_record,
     stored_terms,
+    terms_to_unindex,
 )
 from agentcontext.store._rows.terms import ScopedTerms
 from agentcontext.store.records import MessageRecord
@@ -78,10 +79,13 @@ def fetch_nodes(conn: Connection, ids: Iterable[str]) -> dict[str, Any]:
 
 
 def stored_terms_of(
-    conn: Connection, dialect: Dialect, seqs: list[int]
+    conn: Connection, dialect: Dialect, seqs: list[int], *, deleting: bool = False
 ) -> list[tuple[int, ScopedTerms]]:
     """``(seq, search terms)`` of stored messages, read from their rows and their chats'
-    owners (what the search index holds for them, to take it out again)."""
+    owners (what the search index holds for them, to take it out again). ``deleting``: the
+    messages are about to be deleted, and those whose owner's data key was destroyed are left
+    out (`terms_to_unindex`) instead of raising `EncryptionError`."""
+    terms_of = terms_to_unindex if deleting else stored_terms
     found: list[tuple[int, ScopedTerms]] = []
     for start in range(0, len(seqs), IN_CHUNK):
         rows = conn.execute(
@@ -89,10 +93,10 @@ def stored_terms_of(
             .join_from(M, C, C.c.id == M.c.chat_id)
             .where(M.c.seq.in_(seqs[start : start + IN_CHUNK]))
         )
-        found += [
-            (int(seq), stored_terms(dialect, raw, chat_id, message_id, user_id))
-            for seq, raw, chat_id, user_id, message_id in rows
-        ]
+        for seq, raw, chat_id, user_id, message_id in rows:
+            terms = terms_of(dialect, raw, chat_id, message_id, user_id)
+            if terms is not None:
+                found.append((int(seq), terms))
     return found
 
 

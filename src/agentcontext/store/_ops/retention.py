@@ -210,7 +210,9 @@ def _delete_batch(
         query = _chats.list_query(
             dialect, user_id=user_id, metadata=None, limit=None, offset=0, older_than=cutoff
         )
-        chats = _chats.list_chats(conn, dialect, query.where(query.selected_columns.id.in_(locked)))
+        chats = _chats.list_chats(
+            conn, dialect, query.where(query.selected_columns.id.in_(locked)), sealed_ok=True
+        )
     return chats, delete_chats(conn, dialect, [chat.id for chat in chats], ahead)
 
 
@@ -521,5 +523,6 @@ def _delete_messages(conn: Connection, dialect: Dialect, gone: Sequence[str]) ->
     for chunk in _chunks(gone):
         if not dialect.entries_go_with_rows:
             seqs = conn.execute(select(M.c.seq).where(M.c.id.in_(chunk))).scalars().all()
-            dialect.unindex_rows(conn, stored_terms_of(conn, dialect, [int(seq) for seq in seqs]))
+            found = stored_terms_of(conn, dialect, [int(seq) for seq in seqs], deleting=True)
+            dialect.unindex_rows(conn, found)
         dialect.delete_messages(conn, M.c.id.in_(chunk))

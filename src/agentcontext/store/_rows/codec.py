@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from agentcontext._validate import dumps
+from agentcontext.errors import EncryptionError
 from agentcontext.store._rows.decode import Damaged, corrupt, message_of
 from agentcontext.store._rows.sealing import Sealer, is_sealed_json
 from agentcontext.store._rows.terms import ScopedTerms, message_terms
@@ -131,6 +132,20 @@ def stored_terms(
     key = sealer.search_key(user_id) if sealer.encrypted and is_sealed_json(raw) else None
     data = data_of(dialect, raw, chat_id, message_id)
     return message_terms(index_tokens(data), chat_id, user_id, key)
+
+
+def terms_to_unindex(
+    dialect: Dialect, raw: Any, chat_id: str, message_id: str, user_id: str
+) -> ScopedTerms | None:
+    """`stored_terms` of a message about to be deleted, or None when its owner's data key was
+    destroyed (a backup restored after an erasure): its text, and so its terms, can no longer
+    be computed. An index that needs them to forget a row (SQLite's FTS5) then keeps its
+    entries: keyed hashes of a key that no longer exists, pointing at a deleted row, which no
+    search can match."""
+    try:
+        return stored_terms(dialect, raw, chat_id, message_id, user_id)
+    except EncryptionError:
+        return None
 
 
 def data_of(dialect: Dialect, raw: Any, chat_id: str, message_id: str) -> Any:
