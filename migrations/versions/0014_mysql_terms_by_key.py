@@ -8,7 +8,7 @@ table is its primary key ``(term, seq)`` alone, and a message's row keeps the sa
 ``messages.search_hashes`` (8 bytes each, big-endian signed, ascending:
 ``agentcontext.store._dialects.mysql_search.pack_terms``), by which `MySQLDialect.delete_messages`
 deletes its entries, whatever became of the key that made them (an erased user's). Measured
-on MariaDB 10.11 with 16 writers: the server's time per turn fell by about a third.
+on MariaDB 10.11 with 16 writers: the server's time per turn fell by a quarter to a third.
 
 DDL is not transactional on these servers: each step is made only if it is missing, so a run
 cut short is finished by running it again.
