@@ -90,6 +90,7 @@ from agentcontext.store._dialects.mysql_search import (
     QUERY_TERMS,
     TERMS,
     hex_literal,
+    index_keys,
     int8_terms,
     query_terms_params,
     terms_hex,
@@ -415,6 +416,7 @@ class MySQLDialect(Dialect):
         if head != rows[0].parent_id:
             raise AppendRefused("moved")
         version = int(version) + (1 if first else 0)
+        entries = [sorted(int8_terms(row.terms)) for row in rows]  # (each row's keys, once)
         values = [
             {
                 "id": row.id,
@@ -424,11 +426,11 @@ class MySQLDialect(Dialect):
                 "name": row.name,
                 "type": row.type,
                 "data_json": row.data,
-                "terms_hex": terms_hex(sorted(int8_terms(row.terms))),
+                "terms_hex": terms_hex(terms),
                 "created_at": row.created_at,
                 "version": version,
             }
-            for step, row in enumerate(rows, 1)
+            for step, (row, terms) in enumerate(zip(rows, entries, strict=True), 1)
         ]
         try:
             if conn.dialect.insert_returning:
@@ -445,7 +447,7 @@ class MySQLDialect(Dialect):
             if self.is_unique_violation(exc):
                 raise AppendRefused("exists") from None
             raise
-        self.index_rows(conn, [(int(seqs[row.id]), row.terms) for row in rows])
+        index_keys(conn, [(int(seqs[r.id]), terms) for r, terms in zip(rows, entries, strict=True)])
         # The chat's activity and version, then the branch's head: two statements on one row
         # each, which the server runs in less time than one that joins the two rows (its
         # plan alone took longer than both).
@@ -531,12 +533,7 @@ class MySQLDialect(Dialect):
 
     def index_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
         # (Each row's search_hashes was written with it: `search_row_values`, `append`.)
-        batch = sorted((term, seq) for seq, terms in rows for term in int8_terms(terms))
-        for start in range(0, len(batch), 5000):
-            conn.execute(
-                mysql.insert(TERMS).prefix_with("IGNORE"),
-                [{"term": term, "seq": seq} for term, seq in batch[start : start + 5000]],
-            )
+        index_keys(conn, [(seq, int8_terms(terms)) for seq, terms in rows])
 
     def unindex_rows(self, conn: Connection, rows: Sequence[tuple[int, ScopedTerms]]) -> None:
         unindex(conn, [(seq, int8_terms(terms)) for seq, terms in rows])
@@ -779,7 +776,7 @@ def _reset(dbapi_connection: Any, record: Any, reset_state: Any) -> None:
 
 
 _UNHEX_TERMS = func.unhex(bindparam("terms_hex", type_=Text), type_=LargeBinary)
-"""A message's ``search_hashes`` from `_terms_hex` (the parameter ``terms_hex``)."""
+"""A message's ``search_hashes`` from `terms_hex` (the parameter ``terms_hex``)."""
 _INSERT_MESSAGES = mysql.insert(M).values(
     data=bindparam("data_json", type_=Text), search_hashes=_UNHEX_TERMS
 )

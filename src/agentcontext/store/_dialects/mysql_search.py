@@ -14,6 +14,7 @@ import struct
 from collections.abc import Sequence
 
 from sqlalchemy import BigInteger, Column, Connection, MetaData, Table, delete, tuple_
+from sqlalchemy.dialects import mysql
 
 from agentcontext.store._rows.terms import ScopedTerms
 
@@ -21,6 +22,7 @@ __all__ = [
     "QUERY_TERMS",
     "TERMS",
     "hex_literal",
+    "index_keys",
     "int8_terms",
     "pack_terms",
     "query_terms_params",
@@ -83,6 +85,16 @@ def hex_literal(terms: Sequence[int]) -> str:
     """A row's packed terms (`pack_terms`) as a literal of the statement."""
     digits = terms_hex(terms)
     return "NULL" if digits is None else f"X'{digits}'"
+
+
+def index_keys(conn: Connection, rows: Sequence[tuple[int, Sequence[int]]]) -> None:
+    """Insert the search entries ``(term, seq)`` of these ``(seq, terms)``, in key order."""
+    keys = sorted((term, seq) for seq, terms in rows for term in terms)
+    for start in range(0, len(keys), 5000):
+        conn.execute(
+            mysql.insert(TERMS).prefix_with("IGNORE"),
+            [{"term": term, "seq": seq} for term, seq in keys[start : start + 5000]],
+        )
 
 
 def unindex(conn: Connection, rows: Sequence[tuple[int, Sequence[int]]]) -> None:
