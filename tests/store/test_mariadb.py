@@ -23,6 +23,7 @@ from agentcontext import (
     assistant_text,
     user,
 )
+from agentcontext.store._dialects import BEGIN_OPTION
 from agentcontext.store._dialects.mysql import PACKET_NEEDED
 from agentcontext.store._dialects.mysql_search import unpack_terms
 from tests.conftest import _my_exec, fresh_mariadb_database, require_mariadb, run_sync
@@ -402,6 +403,7 @@ async def test_a_save_is_one_statement_that_commits_itself(url: str) -> None:
     # server counts what the client sent (Questions), on the store's one connection.
     async def sent(store: SqlContextStore) -> int:
         async with store.engine.connect() as conn:
+            await conn.execution_options(**{BEGIN_OPTION: "none"})  # as the store's reads
             found = await conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Questions'")
             return int(found.one()[1])
 
@@ -413,8 +415,8 @@ async def test_a_save_is_one_statement_that_commits_itself(url: str) -> None:
         for i in range(10):
             engine.set(user(f"turn {i}"), assistant_text(f"reply {i}"))
             await engine.save()
-        # 10 saves, the SHOW, and the ROLLBACK that closed the first reading.
-        assert await sent(store) - before == 12
+        # 10 saves and the SHOW: no COMMIT, no ROLLBACK (the first reading needed none either).
+        assert await sent(store) - before == 11
         stale = ContextEngine(store=store, chat_id="c", user_id="u")
         await stale.resolve()
         engine.set(user("moved on"))
@@ -426,10 +428,81 @@ async def test_a_save_is_one_statement_that_commits_itself(url: str) -> None:
         texts = [m.text for m in (await reader.resolve()).messages]
         assert texts[0] == "first" and texts[-2:] == ["moved on", "grafted"]
         assert len(texts) == 23
-        [[open_transactions]] = await _my_exec(
-            url, "SELECT COUNT(*) FROM information_schema.innodb_trx"
-        )
+        [[open_transactions]] = await _my_exec(url, open_transactions_in(url))
         assert open_transactions == 0
+
+
+def open_transactions_in(url: str) -> str:
+    """A query of the transactions open on the server by connections to the database of
+    ``url`` (the test's own: other tests may run beside it)."""
+    database = make_url(url).database or ""
+    assert database.replace("_", "").isalnum()
+    return (
+        "SELECT COUNT(*) FROM information_schema.innodb_trx AS t JOIN "
+        "information_schema.processlist AS p ON p.id = t.trx_mysql_thread_id "
+        f"WHERE p.db = '{database}'"
+    )
+
+
+async def test_reads_autocommit_and_a_refused_or_failed_unit_leaves_nothing_open(
+    url: str,
+) -> None:
+    # The store's connections run with autocommit on: a read is one statement, with no
+    # ROLLBACK after it. A unit that fails after opening its transaction (a refused save, an
+    # id that exists) is rolled back all the same, and a snapshot unit leaves the connection
+    # as it found it.
+    async def sent(store: SqlContextStore) -> int:
+        async with store.engine.connect() as conn:
+            await conn.execution_options(**{BEGIN_OPTION: "none"})  # as the store's reads
+            found = await conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Questions'")
+            return int(found.one()[1])
+
+    async def open_transactions() -> int:
+        [[count]] = await _my_exec(url, open_transactions_in(url))
+        return int(count)
+
+    async with SqlContextStore(url, pool_size=1) as store:
+        engine = ContextEngine(store=store, chat_id="c", user_id="u")
+        engine.set(user("first", id="m-first"), assistant_text("reply"))
+        await engine.save()
+        before = await sent(store)
+        for _ in range(5):
+            assert [b.name for b in await store.list_branches("c")] == ["main"]
+        assert await sent(store) - before == 5 + 1  # five reads and the SHOW
+
+        stale = ContextEngine(store=store, chat_id="c", user_id="u")
+        await stale.resolve()
+        engine.set(user("moved on"))
+        await engine.save()
+        stale.set(user("grafted"))
+        await stale.save()  # the compound statement refused it (SIGNAL), then it grafted
+        assert await open_transactions() == 0
+
+        other = ContextEngine(store=store, chat_id="c", user_id="u")
+        await other.resolve()
+        other.set(user("again", id="m-first"))  # an id the chat holds: the insert fails,
+        await other.save()  # then the general path writes it
+        assert await open_transactions() == 0
+
+        # A statement that opens a transaction and fails reports no status: the connection
+        # is rolled back when it goes back to the pool all the same.
+        async with store.engine.connect() as conn:
+            with pytest.raises(Exception, match="refused"):
+                await conn.exec_driver_sql(
+                    "BEGIN NOT ATOMIC DECLARE x INT; START TRANSACTION; "
+                    "SELECT 1 INTO x FROM chats WHERE id = 'c' FOR UPDATE; "
+                    "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused'; END"
+                )
+        assert await open_transactions() == 0
+
+        exported = await store.export_chat("c")  # snapshot units (REPEATABLE READ)
+        assert "m-first" in {m.id for m in exported.messages}
+        chain = {m.id for m in await store.get_messages("c")}
+        assert chain and chain <= {m.id for m in exported.messages}
+        before = await sent(store)
+        await store.list_branches("c")
+        assert await sent(store) - before == 1 + 1  # still one statement a read
+        assert await open_transactions() == 0
 
 
 async def test_a_page_after_a_deep_cursor_reads_one_page_of_the_index(
