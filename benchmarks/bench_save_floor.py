@@ -1,7 +1,7 @@
 """What a save costs the database alone, beside the shared harness's raw floor.
 
-    python benchmarks/bench_save_floor.py [--backends sqlite,mariadb] [--saves 200]
-                                          [--my-url URL] [--out FILE]
+    python benchmarks/bench_save_floor.py [--backends sqlite,postgres,mariadb] [--saves 200]
+                                          [--pg-url URL] [--my-url URL] [--out FILE]
 
 The shared harness compares a save through the library with a *raw floor*: the bare driver
 inserting the same text into one table with two indexes, no foreign key, no search index, in
@@ -11,20 +11,22 @@ validated). This probe splits the distance between the two into what the databas
 those rows and what Python spends, so that a goal stated as a ratio to the floor can be
 checked against the part of the distance no Python work can remove.
 
-It builds a chat through the public API (SQLite: 10 000 messages written 100 a call, then
-saves of 100 messages, the harness's bulk cell; MariaDB: 1 000 messages written one a call,
-then saves of one message, the harness's one-message cell), takes the statements of one more
-save as the store sends them (SQLAlchemy's ``before_cursor_execute`` event), and then times,
-in one process, one after another, each ``--saves`` times:
+It builds a chat through the public API (SQLite and PostgreSQL: 10 000 messages written 100
+a call, then saves of 100 messages, the harness's bulk cell; MariaDB: 1 000 messages written
+one a call, then saves of one message, the harness's one-message cell), takes the statements
+of one more save as the store sends them (SQLAlchemy's ``before_cursor_execute`` event), and
+then times, in one process, the cells taken in turn in four rounds, ``--saves`` times each:
 
 - ``floor``: the harness's raw floor (its schema and its statements, on the bare driver);
 - the store's own statements replayed on the bare driver with fresh message ids, so each
-  appends for real and commits: without the search entries, then whole (SQLite: the
-  append's one statement with its FTS5 text emptied or kept, and the ``COMMIT``; MariaDB:
-  the one compound statement, which commits itself, with and without its ``message_terms``
-  rows and packed keys); on MariaDB also the same rows written as plain statements
-  (``BEGIN``, the insert into the store's ``messages`` table, ``COMMIT``), then with the
-  branch's and the chat's updates and the locking read added one by one;
+  appends for real and commits: without the search entries, then whole. SQLite: the append's
+  one statement with its FTS5 text emptied or kept, and the ``COMMIT``. PostgreSQL: the
+  append's one statement, which commits itself, with the messages' search hashes as empty
+  arrays or as sent. MariaDB: the one compound statement, which commits itself, with and
+  without its ``message_terms`` rows and packed keys; then (last: these rows are not the
+  library's) the same row written as plain statements (``BEGIN``, the insert into the store's
+  ``messages`` table, ``COMMIT``), with the branch's and the chat's updates and the locking
+  read added one by one;
 - ``library``: ``engine.save()`` of the same number of messages through the public API.
 
 Each line is the median time of one save, and its ratio to the floor of the same run. The
@@ -142,7 +144,15 @@ class Renamer:
         fresh = {old: uuid.uuid4().hex for old in self.ids}
         fresh[self.head] = self.current
         self.current = fresh[self.ids[-1]]
-        return tuple(fresh.get(p, p) if isinstance(p, str) else p for p in params)
+
+        def renamed(value: Any) -> Any:
+            if isinstance(value, str):
+                return fresh.get(value, value)
+            if isinstance(value, list):  # (PostgreSQL's arrays of a column's values)
+                return [renamed(item) for item in value]
+            return value
+
+        return tuple(map(renamed, params))
 
 
 # --- SQLite: saves of 100 messages ---------------------------------------------------------
@@ -434,6 +444,109 @@ async def _mariadb(
     return {name: median_ms(samples) for name, samples in results.items()}
 
 
+# --- PostgreSQL: saves of 100 messages --------------------------------------------------------
+
+
+async def postgres_cells(
+    url: str, saves: int, batch: int = 100, size: int = 10_000
+) -> dict[str, float]:
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    where = make_url(url)
+    dsn = where.set(drivername="postgresql").render_as_string(hide_password=False)
+    database = f"bench_savefloor_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(dsn)
+    await admin.execute(f"CREATE DATABASE {database}")
+    try:
+        return await _postgres(where.set(database=database), saves, batch, size)
+    finally:
+        await admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        await admin.close()
+
+
+async def _postgres(url: Any, saves: int, batch: int, size: int) -> dict[str, float]:
+    import asyncpg
+
+    texts = messages(size + batch * (2 * saves + 2))
+    store = ac.SqlContextStore(url.render_as_string(hide_password=False))
+    await store.initialize()
+    engine = ac.ContextEngine(store=store, chat_id=CHAT, user_id=USER)
+    for i in range(0, size, batch):
+        engine.set(*map(to_message, texts[i : i + batch]))
+        await engine.save()
+    head = texts[size - 1]["id"]
+    with Capture(store) as capture:
+        captured = texts[size : size + batch]
+        engine.set(*map(to_message, captured))
+        await engine.save()
+    statement, params = next((s, p) for s, p in capture.seen if "WITH touched AS" in s)
+    # The search hashes are the array of each message's int4 terms, as text: emptied below.
+    hashes = next(
+        i
+        for i, p in enumerate(params)
+        if isinstance(p, list) and re.fullmatch(r"\{[-0-9, ]*\}", str(p[0]))
+    )
+    plain = tuple(["{}"] * len(p) if i == hashes else p for i, p in enumerate(params))
+    renamer = Renamer([m["id"] for m in captured], head)
+
+    dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    conn = await asyncpg.connect(dsn)
+
+    def replay(values: tuple[Any, ...]) -> Callable[[], Awaitable[None]]:
+        async def step() -> None:
+            await conn.fetch(statement, *renamer.next(values))
+
+        return step
+
+    await conn.execute(
+        """CREATE TABLE floor_messages (id text PRIMARY KEY, chat_id text NOT NULL,
+                                        parent_id text, seq bigint NOT NULL, data json NOT NULL);
+           CREATE UNIQUE INDEX floor_messages_chat_seq ON floor_messages (chat_id, seq)"""
+    )
+    floor_rows = [
+        (m["id"], CHAT, texts[i - 1]["id"] if i else None, i, floor_data(m))
+        for i, m in enumerate(texts)
+    ]
+    await conn.executemany(
+        "INSERT INTO floor_messages VALUES ($1, $2, $3, $4, $5)", floor_rows[:size]
+    )
+    floor_next = iter(range(size, len(floor_rows), batch))
+
+    async def floor_save() -> None:
+        start = next(floor_next)
+        async with conn.transaction():
+            await conn.executemany(
+                "INSERT INTO floor_messages (id, chat_id, parent_id, seq, data) "
+                "VALUES ($1, $2, $3, $4, $5)",
+                floor_rows[start : start + batch],
+            )
+
+    rest = iter(range(size + batch, len(texts), batch))
+    written = ""
+
+    async def library_save() -> None:
+        nonlocal written
+        start = next(rest)
+        engine.set(*map(to_message, texts[start : start + batch]))
+        await engine.save()
+        written = texts[start + batch - 1]["id"]
+
+    results: dict[str, list[float]] = {}
+    block = max(1, saves // ROUNDS)
+    for _ in range(ROUNDS):  # every cell in turn, so the chat's growth falls on each alike
+        engine = ac.ContextEngine(store=store, chat_id=CHAT, user_id=USER)
+        await engine.resolve()
+        results.setdefault("library", []).extend(await timed(library_save, block))
+        renamer.current = written
+        for name, values in (("append, no search hashes", plain), ("append", params)):
+            results.setdefault(name, []).extend(await timed(replay(values), block))
+        results.setdefault("floor", []).extend(await timed(floor_save, block))
+    await store.close()
+    await conn.close()
+    return {name: median_ms(samples) for name, samples in results.items()}
+
+
 def report(backend: str, cells: dict[str, float], what: str) -> list[str]:
     floor = cells["floor"]
     lines = [f"\n{backend}: {what}", f"{'cell':<48} {'median ms':>10} {'x floor':>8}"]
@@ -449,6 +562,7 @@ async def main() -> None:
     parser.add_argument(
         "--my-url", default="mysql+asyncmy://agentcontext:agentcontext@127.0.0.1:3306/"
     )
+    parser.add_argument("--pg-url", default="postgresql+asyncpg://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     found: dict[str, dict[str, float]] = {}
@@ -457,11 +571,14 @@ async def main() -> None:
         if backend == "sqlite":
             found[backend] = await sqlite_cells(args.saves)
             lines += report(backend, found[backend], "a save of 100 messages, chat of 10 000")
+        elif backend == "postgres":
+            found[backend] = await postgres_cells(args.pg_url, args.saves)
+            lines += report(backend, found[backend], "a save of 100 messages, chat of 10 000")
         elif backend == "mariadb":
             found[backend] = await mariadb_cells(args.my_url, args.saves)
             lines += report(backend, found[backend], "a save of one message, chat of 1 000")
         else:
-            parser.error(f"unknown backend {backend!r}: sqlite or mariadb")
+            parser.error(f"unknown backend {backend!r}: sqlite, postgres or mariadb")
         print("\n".join(lines[-(len(found[backend]) + 2) :]), flush=True)
     if args.out:
         args.out.write_text(json.dumps({"saves": args.saves, "cells": found}, indent=2) + "\n")
