@@ -432,6 +432,69 @@ async def test_a_save_is_one_statement_that_commits_itself(url: str) -> None:
         assert open_transactions == 0
 
 
+async def test_a_connection_asked_to_autocommit_keeps_its_writes(url: str) -> None:
+    # The begin hook opens a transaction on the store's own connections only, and not where
+    # the caller asked SQLAlchemy for AUTOCOMMIT: those statements commit as they run.
+    await _my_exec(url, "CREATE TABLE notes (id INT PRIMARY KEY) ENGINE=InnoDB")
+    async with SqlContextStore(url, pool_size=1) as store:
+        async with store.engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await conn.exec_driver_sql("INSERT INTO notes VALUES (1)")
+        engine = ContextEngine(store=store, chat_id="c", user_id="u")
+        engine.set(user("after"))
+        await engine.save()
+    theirs = create_async_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        async with SqlContextStore(theirs) as store:
+            async with theirs.connect() as conn:
+                await conn.exec_driver_sql("INSERT INTO notes VALUES (2)")
+            engine = ContextEngine(store=store, chat_id="c", user_id="u")
+            engine.set(user("again"))
+            await engine.save()
+            assert len(await store.get_messages("c")) == 2
+    finally:
+        await theirs.dispose()
+    assert await _my_exec(url, "SELECT id FROM notes ORDER BY id") == [(1,), (2,)]
+
+
+async def test_the_callers_rollback_undoes_the_stores_writes_after_an_implicit_commit(
+    url: str,
+) -> None:
+    # DDL commits the caller's transaction on the server, unseen by SQLAlchemy (as a deadlock
+    # rolls it back): the store's next write opens a transaction again rather than
+    # committing statement by statement, so the caller's rollback still undoes it.
+    async with SqlContextStore(url) as store:
+        async with store.engine.connect() as conn:
+            await conn.begin()
+            await conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS ddl_probe (x INT)")
+            async with store.using(conn):
+                await store.create_chat("rolled-back", user_id="u")
+            await conn.rollback()
+        assert await store.get_chat("rolled-back") is None
+        assert await _my_exec(url, open_transactions_in(url)) == [(0,)]
+
+
+async def test_a_read_on_a_connection_without_autocommit_is_rolled_back_once(url: str) -> None:
+    # An engine of the caller's keeps autocommit off: a read is its SELECT and one ROLLBACK.
+    theirs = create_async_engine(url, pool_size=1, max_overflow=0)
+    try:
+        async with SqlContextStore(theirs) as store:
+            await store.create_chat("c", user_id="u")
+
+            async def sent() -> int:
+                async with theirs.connect() as conn:
+                    found = await conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Questions'")
+                    return int(found.one()[1])
+
+            before = await sent()
+            for _ in range(5):
+                await store.list_chats()
+            # five reads of two statements; the SHOW and its ROLLBACK
+            assert await sent() - before == 5 * 2 + 2
+    finally:
+        await theirs.dispose()
+
+
 def open_transactions_in(url: str) -> str:
     """A query of the transactions open on the server by connections to the database of
     ``url`` (the test's own: other tests may run beside it)."""

@@ -98,7 +98,13 @@ from agentcontext.store._dialects.mysql_search import (
     unindex,
     unpack_terms,
 )
-from agentcontext.store._dialects.mysql_session import COMMITTED, autocommits, install_hooks, reset
+from agentcontext.store._dialects.mysql_session import (
+    COMMITTED,
+    autocommits,
+    in_transaction,
+    install_hooks,
+    reset,
+)
 from agentcontext.store._rows.decode import damaged_time
 from agentcontext.store._rows.terms import ScopedTerms
 
@@ -224,6 +230,14 @@ class MySQLDialect(Dialect):
         elif mode == "snapshot":
             # InnoDB's REPEATABLE READ: the reads of the unit see one snapshot.
             conn.execution_options(isolation_level="REPEATABLE READ")
+
+    def join_transaction(self, conn: Connection) -> None:
+        # On the store's connections (autocommit on), a caller's transaction the server ended
+        # on its own (a deadlock's victim, an implicit commit by DDL) leaves the next
+        # statements to commit one by one: the store's writes open a transaction again, so
+        # the caller's rollback undoes them, as it would with autocommit off.
+        if autocommits(conn) and not in_transaction(conn):
+            conn.exec_driver_sql("START TRANSACTION")
 
     def on_open(self, conn: Connection) -> None:
         packet = int(conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar_one())

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentcontext.store._dialects.base import BEGIN_OPTION
 
-__all__ = ["COMMITTED", "autocommits", "install_hooks", "reset"]
+__all__ = ["COMMITTED", "autocommits", "in_transaction", "install_hooks", "reset"]
 
 _IN_TRANSACTION = 1
 """The server's status flag SERVER_STATUS_IN_TRANS, as the drivers keep it."""
@@ -51,18 +51,33 @@ def _status(dbapi_connection: Any) -> int | None:
 
 
 def autocommits(conn: Connection) -> bool:
-    """Whether the server runs ``conn``'s statements with ``autocommit`` on (its last status
-    says so): then a unit of several statements must start its transaction itself."""
+    """Whether ``conn`` is one of the store's MariaDB connections that run with ``autocommit``
+    on (and the caller has not asked SQLAlchemy for ``AUTOCOMMIT``): then a unit of several
+    statements, or a transaction of the caller's, must start its transaction itself."""
+    if not conn.info.get(_AUTOCOMMIT_READS):
+        return False
+    level = conn.get_execution_options().get("isolation_level") or getattr(
+        conn.dialect, "isolation_level", None
+    )
     status = _status(conn.connection.dbapi_connection)
-    return status is not None and bool(status & _AUTOCOMMIT)
+    return level != "AUTOCOMMIT" and status is not None and bool(status & _AUTOCOMMIT)
+
+
+def in_transaction(conn: Connection) -> bool:
+    """Whether the server has a transaction open on ``conn``: its last status says, unless a
+    statement failed on it since (a failure reports no status: the server is asked)."""
+    status = _status(conn.connection.dbapi_connection)
+    if status is None or conn.info.get(_FAILED):
+        return bool(conn.exec_driver_sql("SELECT @@in_transaction").scalar())
+    return bool(status & _IN_TRANSACTION)
 
 
 def _nothing_open(dbapi_connection: Any, info: dict[str, Any] | None) -> bool:
-    """Whether the connection has certainly no transaction open on the server."""
+    """Whether the connection has certainly no transaction open on the server, by its last
+    status: trusted when no statement failed since, and either autocommit is on or the last
+    statement committed the transaction itself."""
     status = _status(dbapi_connection)
-    if status is None or status & _IN_TRANSACTION:
-        return False
-    if info is None:
+    if status is None or status & _IN_TRANSACTION or info is None:
         return False
     committed = info.pop(COMMITTED, False)
     if info.get(_FAILED):
@@ -79,18 +94,26 @@ def _skip_needless_rollback(do_rollback: Any) -> Any:
             info = dbapi_connection.info  # (the pool's connection: its record's info)
         except (AttributeError, NotImplementedError):
             info = None  # (a connection being set up)
-        if not _nothing_open(dbapi_connection, info if isinstance(info, dict) else None):
+        info = info if isinstance(info, dict) else None
+        if not _nothing_open(dbapi_connection, info):
             do_rollback(dbapi_connection)
+            if info is not None:
+                info.pop(_FAILED, None)  # whatever had failed is rolled back
 
     return rollback
 
 
 def reset(dbapi_connection: Any, record: Any, reset_state: Any) -> None:
-    """Reset a connection returned to the pool: a rollback unless nothing can be open."""
-    if not reset_state.terminate_only and not _nothing_open(dbapi_connection, record.info):
+    """Reset a connection returned to the pool: a rollback when the server's last status says
+    a transaction is open, when it is unknown, or when a statement failed since the last
+    rollback (its status is not reported)."""
+    info = record.info
+    status = _status(dbapi_connection)
+    unsure = status is None or status & _IN_TRANSACTION or info.get(_FAILED)
+    if not reset_state.terminate_only and unsure:
         dbapi_connection.rollback()
-    record.info.pop(COMMITTED, None)
-    record.info.pop(_FAILED, None)
+    info.pop(COMMITTED, None)
+    info.pop(_FAILED, None)
 
 
 def install_hooks(
