@@ -463,15 +463,29 @@ async def test_the_callers_rollback_undoes_the_stores_writes_after_an_implicit_c
     # DDL commits the caller's transaction on the server, unseen by SQLAlchemy (as a deadlock
     # rolls it back): the store's next write opens a transaction again rather than
     # committing statement by statement, so the caller's rollback still undoes it.
-    async with SqlContextStore(url) as store:
+    await _my_exec(url, "CREATE TABLE notes (id INT PRIMARY KEY) ENGINE=InnoDB")
+    async with SqlContextStore(url, pool_size=1, max_overflow=0) as store:
         async with store.engine.connect() as conn:
             await conn.begin()
             await conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS ddl_probe (x INT)")
+            await conn.exec_driver_sql("INSERT INTO notes VALUES (1)")  # the caller's own
             async with store.using(conn):
                 await store.create_chat("rolled-back", user_id="u")
             await conn.rollback()
         assert await store.get_chat("rolled-back") is None
+        assert await _my_exec(url, "SELECT COUNT(*) FROM notes") == [(0,)]
         assert await _my_exec(url, open_transactions_in(url)) == [(0,)]
+
+        # The connection autocommits again for the store's reads: one statement each.
+        async def sent() -> int:
+            async with store.engine.connect() as conn:
+                await conn.execution_options(**{BEGIN_OPTION: "none"})
+                found = await conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Questions'")
+                return int(found.one()[1])
+
+        before = await sent()
+        await store.list_chats()
+        assert await sent() - before == 2  # the read and the SHOW
 
 
 async def test_a_read_on_a_connection_without_autocommit_is_rolled_back_once(url: str) -> None:

@@ -225,7 +225,7 @@ class MySQLDialect(Dialect):
 
     def prepare(self, conn: Connection, mode: Mode) -> None:
         if autocommits(conn):  # a unit of several statements starts its transaction itself
-            begin = {"write": "immediate", "snapshot": "snapshot"}.get(mode, "none")
+            begin = {"write": "unit", "snapshot": "snapshot"}.get(mode, "none")
             conn.execution_options(**{BEGIN_OPTION: begin})
         elif mode == "snapshot":
             # InnoDB's REPEATABLE READ: the reads of the unit see one snapshot.

@@ -9,7 +9,9 @@ turn. A MariaDB connection of an engine the store made runs with ``autocommit`` 
 SQLite's connections do: a read (and the append's compound statement, which opens and commits
 its own transaction) is one round trip, and a unit that writes several statements starts its
 transaction itself (the ``begin`` hook: ``START TRANSACTION``, or a snapshot's
-``REPEATABLE READ`` with ``WITH CONSISTENT SNAPSHOT``). An engine a caller made keeps its own
+``REPEATABLE READ`` with ``WITH CONSISTENT SNAPSHOT``). Any other transaction on such a
+connection (a caller's, ``store.begin()``, a migration) runs with ``autocommit`` off, as on any
+connection, and the ``checkout`` hook turns it on again. An engine a caller made keeps its own
 setting, and the store then works as it would with ``autocommit`` off.
 
 **When a rollback is skipped.** Only when nothing can be open: the server's last status says
@@ -157,16 +159,22 @@ def install_hooks(
 
     @event.listens_for(sync_engine, "begin")
     def _on_begin(connection: Connection) -> None:
-        # A store's unit says what it needs (`MySQLDialect.prepare`); a caller's transaction
-        # on the store's engine (no option) is a transaction, as with autocommit off.
+        # A store's unit says what it needs (`MySQLDialect.prepare`). Any other transaction
+        # (the caller's on `store.engine`, `store.begin()`, a migration) runs with autocommit
+        # off, as on any connection: should the server end it on its own (a deadlock's
+        # victim, DDL's implicit commit), the statements after it open another, which the
+        # caller's rollback undoes. The checkout hook turns autocommit on again.
         begin = connection.get_execution_options().get(BEGIN_OPTION)
         if begin == "none" or not autocommits(connection):
             return  # (with autocommit off, the first statement opens the transaction)
         if begin == "snapshot":
             connection.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             connection.exec_driver_sql("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        else:
+        elif begin == "unit":
             connection.exec_driver_sql("START TRANSACTION")
+        else:
+            dbapi: Any = connection.connection.dbapi_connection
+            dbapi.autocommit(False)
 
     @event.listens_for(sync_engine, "handle_error")
     def _on_error(context: Any) -> None:
