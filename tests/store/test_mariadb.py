@@ -474,7 +474,7 @@ async def test_the_callers_rollback_undoes_the_stores_writes_after_an_implicit_c
             await conn.rollback()
         assert await store.get_chat("rolled-back") is None
         assert await _my_exec(url, "SELECT COUNT(*) FROM notes") == [(0,)]
-        assert await _my_exec(url, open_transactions_in(url)) == [(0,)]
+        assert await in_transaction(store) == 0
 
         # The connection autocommits again for the store's reads: one statement each.
         async def sent() -> int:
@@ -509,6 +509,41 @@ async def test_a_read_on_a_connection_without_autocommit_is_rolled_back_once(url
         await theirs.dispose()
 
 
+async def test_a_snapshot_unit_sees_one_state_of_the_database(url: str) -> None:
+    # The store's connections autocommit; a snapshot unit opens a REPEATABLE READ transaction
+    # with its snapshot taken at once: a row committed meanwhile by another connection stays
+    # out of its reads, and the unit after it reads at READ COMMITTED again.
+    await _my_exec(url, "CREATE TABLE notes (id INT PRIMARY KEY) ENGINE=InnoDB")
+
+    async def count(conn: Any) -> int:
+        return int((await conn.exec_driver_sql("SELECT COUNT(*) FROM notes")).scalar_one())
+
+    async with SqlContextStore(url, pool_size=1, max_overflow=0) as store:
+        async with store.engine.connect() as conn:
+            await conn.execution_options(**{BEGIN_OPTION: "snapshot"})
+            await conn.begin()
+            before = await count(conn)
+            await _my_exec(url, "INSERT INTO notes VALUES (1)")
+            assert await count(conn) == before == 0
+            await conn.commit()
+        async with store.engine.connect() as conn:
+            await conn.execution_options(**{BEGIN_OPTION: "unit"})
+            await conn.begin()
+            before = await count(conn)
+            await _my_exec(url, "INSERT INTO notes VALUES (2)")
+            assert (before, await count(conn)) == (1, 2)
+            await conn.commit()
+
+
+async def in_transaction(store: SqlContextStore) -> int:
+    """Whether the server holds a transaction open on the store's one pooled connection
+    (``pool_size=1, max_overflow=0``), asked on that connection: a unit still running in the
+    background is waited for, and a transaction left open shows."""
+    async with store.engine.connect() as conn:
+        await conn.execution_options(**{BEGIN_OPTION: "none"})
+        return int((await conn.exec_driver_sql("SELECT @@in_transaction")).scalar_one())
+
+
 def open_transactions_in(url: str) -> str:
     """A query of the transactions open on the server by connections to the database of
     ``url`` (the test's own: other tests may run beside it)."""
@@ -534,11 +569,11 @@ async def test_reads_autocommit_and_a_refused_or_failed_unit_leaves_nothing_open
             found = await conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Questions'")
             return int(found.one()[1])
 
-    async def open_transactions() -> int:
-        [[count]] = await _my_exec(url, open_transactions_in(url))
-        return int(count)
+    async with SqlContextStore(url, pool_size=1, max_overflow=0) as store:
 
-    async with SqlContextStore(url, pool_size=1) as store:
+        async def open_transactions() -> int:
+            return await in_transaction(store)
+
         engine = ContextEngine(store=store, chat_id="c", user_id="u")
         engine.set(user("first", id="m-first"), assistant_text("reply"))
         await engine.save()
@@ -564,6 +599,7 @@ async def test_reads_autocommit_and_a_refused_or_failed_unit_leaves_nothing_open
         # A statement that opens a transaction and fails reports no status: the connection
         # is rolled back when it goes back to the pool all the same.
         async with store.engine.connect() as conn:
+            await conn.execution_options(**{BEGIN_OPTION: "none"})  # as the store's own units
             with pytest.raises(Exception, match="refused"):
                 await conn.exec_driver_sql(
                     "BEGIN NOT ATOMIC DECLARE x INT; START TRANSACTION; "

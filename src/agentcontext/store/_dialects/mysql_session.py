@@ -168,8 +168,7 @@ def install_hooks(
         if begin == "none" or not autocommits(connection):
             return  # (with autocommit off, the first statement opens the transaction)
         if begin == "snapshot":
-            connection.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            connection.exec_driver_sql("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            connection.exec_driver_sql(_SNAPSHOT)
         elif begin == "unit":
             connection.exec_driver_sql("START TRANSACTION")
         else:
@@ -183,6 +182,12 @@ def install_hooks(
             connection.info[_FAILED] = True
 
 
+_SNAPSHOT = (
+    "BEGIN NOT ATOMIC SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; "
+    "START TRANSACTION WITH CONSISTENT SNAPSHOT; END"
+)
+"""A snapshot unit's start, in one round trip: the next transaction at REPEATABLE READ (the
+session stays at READ COMMITTED), its snapshot taken at once."""
 _MARIADB_SESSION = (
     "SET SESSION time_zone = '+00:00', "
     "sql_mode = CONCAT(@@sql_mode, ',STRICT_TRANS_TABLES,NO_ZERO_DATE'), "
