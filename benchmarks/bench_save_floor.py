@@ -155,6 +155,25 @@ class Renamer:
         return tuple(map(renamed, params))
 
 
+async def build_and_capture(
+    store: Any, texts: list[dict[str, str]], size: int, batch: int, marker: str
+) -> tuple[Any, str, Any, Renamer]:
+    """A chat of ``size`` messages written ``batch`` a call through the public API, then one
+    more save of ``batch`` messages: its engine, the statement of its append (the one that
+    starts with ``marker``) with its parameters, and a `Renamer` for replays of it."""
+    engine = ac.ContextEngine(store=store, chat_id=CHAT, user_id=USER)
+    for i in range(0, size, batch):
+        engine.set(*map(to_message, texts[i : i + batch]))
+        await engine.save()
+    captured = texts[size : size + batch]
+    with Capture(store) as capture:
+        engine.set(*map(to_message, captured))
+        await engine.save()
+    statement, params = next((s, p) for s, p in capture.seen if s.lstrip().startswith(marker))
+    renamer = Renamer([m["id"] for m in captured], texts[size - 1]["id"])
+    return engine, statement, params, renamer
+
+
 # --- SQLite: saves of 100 messages ---------------------------------------------------------
 
 
@@ -166,21 +185,11 @@ async def sqlite_cells(saves: int, batch: int = 100, size: int = 10_000) -> dict
     texts = messages(size + batch * (2 * saves + 2))
     store = ac.SqlContextStore(f"sqlite+aiosqlite:///{path}")
     await store.initialize()
-    engine = ac.ContextEngine(store=store, chat_id=CHAT, user_id=USER)
-    for i in range(0, size, batch):
-        engine.set(*map(to_message, texts[i : i + batch]))
-        await engine.save()
-    head = texts[size - 1]["id"]
-    with Capture(store) as capture:
-        captured = texts[size : size + batch]
-        engine.set(*map(to_message, captured))
-        await engine.save()
-    statement, params = next(
-        (s, p) for s, p in capture.seen if s.startswith("INSERT INTO message_appends")
+    engine, statement, params, renamer = await build_and_capture(
+        store, texts, size, batch, "INSERT INTO message_appends"
     )
     width, tokens = len(_ROW_PARAMETERS), _ROW_PARAMETERS.index("tokens")
     plain = tuple("" if i % width == tokens else p for i, p in enumerate(params))
-    renamer = Renamer([m["id"] for m in captured], head)
 
     db = sqlite3.connect(path, isolation_level=None)  # beside the store's own connection
     db.execute("PRAGMA foreign_keys = ON")
@@ -317,16 +326,10 @@ async def _mariadb(
     texts = messages(size + 2 * saves + 2)
     store = ac.SqlContextStore(url.render_as_string(hide_password=False))
     await store.initialize()
-    engine = ac.ContextEngine(store=store, chat_id=CHAT, user_id=USER)
-    for m in texts[:size]:
-        engine.set(to_message(m))
-        await engine.save()
-    with Capture(store) as capture:
-        engine.set(to_message(texts[size]))
-        await engine.save()
-    compound, params = next((s, p) for s, p in capture.seen if s.startswith("BEGIN NOT ATOMIC"))
+    engine, compound, params, renamer = await build_and_capture(
+        store, texts, size, 1, "BEGIN NOT ATOMIC"
+    )
     branch = next(iter(await store.list_branches(CHAT))).id
-    renamer = Renamer([texts[size]["id"]], texts[size - 1]["id"])
 
     conn = await asyncmy.connect(**login, db=database, autocommit=True)
     cur = conn.cursor()
@@ -471,16 +474,9 @@ async def _postgres(url: Any, saves: int, batch: int, size: int) -> dict[str, fl
     texts = messages(size + batch * (2 * saves + 2))
     store = ac.SqlContextStore(url.render_as_string(hide_password=False))
     await store.initialize()
-    engine = ac.ContextEngine(store=store, chat_id=CHAT, user_id=USER)
-    for i in range(0, size, batch):
-        engine.set(*map(to_message, texts[i : i + batch]))
-        await engine.save()
-    head = texts[size - 1]["id"]
-    with Capture(store) as capture:
-        captured = texts[size : size + batch]
-        engine.set(*map(to_message, captured))
-        await engine.save()
-    statement, params = next((s, p) for s, p in capture.seen if "WITH touched AS" in s)
+    engine, statement, params, renamer = await build_and_capture(
+        store, texts, size, batch, "WITH touched AS"
+    )
     # The search hashes are the array of each message's int4 terms, as text: emptied below.
     hashes = next(
         i
@@ -488,7 +484,6 @@ async def _postgres(url: Any, saves: int, batch: int, size: int) -> dict[str, fl
         if isinstance(p, list) and re.fullmatch(r"\{[-0-9, ]*\}", str(p[0]))
     )
     plain = tuple(["{}"] * len(p) if i == hashes else p for i, p in enumerate(params))
-    renamer = Renamer([m["id"] for m in captured], head)
 
     dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
     conn = await asyncpg.connect(dsn)
@@ -557,7 +552,7 @@ def report(backend: str, cells: dict[str, float], what: str) -> list[str]:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backends", default="sqlite,mariadb")
+    parser.add_argument("--backends", default="sqlite,postgres,mariadb")
     parser.add_argument("--saves", type=int, default=200)
     parser.add_argument(
         "--my-url", default="mysql+asyncmy://agentcontext:agentcontext@127.0.0.1:3306/"
