@@ -151,8 +151,9 @@ def install_hooks(
 
     @event.listens_for(sync_engine, "checkout")
     def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
-        # An isolation level set for one unit (a caller's execution option) turns autocommit
-        # off when it is reset: on again, before the connection serves the next unit.
+        # A transaction of the caller's (`_on_begin`), or an isolation level set for one unit
+        # and reset since, left autocommit off: on again, before the connection serves the
+        # next unit.
         status = _status(dbapi_connection)
         if record.info.get(_AUTOCOMMIT_READS) and status is not None and not status & _AUTOCOMMIT:
             dbapi_connection.autocommit(True)
