@@ -23,7 +23,6 @@ from agentcontext import (
     assistant_text,
     user,
 )
-from agentcontext.store._dialects import BEGIN_OPTION
 from agentcontext.store._dialects.mysql import PACKET_NEEDED
 from agentcontext.store._dialects.mysql_search import unpack_terms
 from tests.conftest import _my_exec, fresh_mariadb_database, require_mariadb, run_sync
@@ -403,7 +402,6 @@ async def test_a_save_is_one_statement_that_commits_itself(url: str) -> None:
     # server counts what the client sent (Questions), on the store's one connection.
     async def sent(store: SqlContextStore) -> int:
         async with store.engine.connect() as conn:
-            await conn.execution_options(**{BEGIN_OPTION: "none"})  # as the store's reads
             found = await conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Questions'")
             return int(found.one()[1])
 
@@ -415,8 +413,8 @@ async def test_a_save_is_one_statement_that_commits_itself(url: str) -> None:
         for i in range(10):
             engine.set(user(f"turn {i}"), assistant_text(f"reply {i}"))
             await engine.save()
-        # 10 saves and the SHOW: no COMMIT, no ROLLBACK (the first reading needed none either).
-        assert await sent(store) - before == 11
+        # 10 saves, the SHOW, and the ROLLBACK that closed the first reading.
+        assert await sent(store) - before == 12
         stale = ContextEngine(store=store, chat_id="c", user_id="u")
         await stale.resolve()
         engine.set(user("moved on"))
@@ -428,194 +426,10 @@ async def test_a_save_is_one_statement_that_commits_itself(url: str) -> None:
         texts = [m.text for m in (await reader.resolve()).messages]
         assert texts[0] == "first" and texts[-2:] == ["moved on", "grafted"]
         assert len(texts) == 23
-        [[open_transactions]] = await _my_exec(url, open_transactions_in(url))
+        [[open_transactions]] = await _my_exec(
+            url, "SELECT COUNT(*) FROM information_schema.innodb_trx"
+        )
         assert open_transactions == 0
-
-
-async def test_a_connection_asked_to_autocommit_keeps_its_writes(url: str) -> None:
-    # The begin hook opens a transaction on the store's own connections only, and not where
-    # the caller asked SQLAlchemy for AUTOCOMMIT: those statements commit as they run.
-    await _my_exec(url, "CREATE TABLE notes (id INT PRIMARY KEY) ENGINE=InnoDB")
-    async with SqlContextStore(url, pool_size=1) as store:
-        async with store.engine.connect() as conn:
-            await conn.execution_options(isolation_level="AUTOCOMMIT")
-            await conn.exec_driver_sql("INSERT INTO notes VALUES (1)")
-        engine = ContextEngine(store=store, chat_id="c", user_id="u")
-        engine.set(user("after"))
-        await engine.save()
-    theirs = create_async_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        async with SqlContextStore(theirs) as store:
-            async with theirs.connect() as conn:
-                await conn.exec_driver_sql("INSERT INTO notes VALUES (2)")
-            engine = ContextEngine(store=store, chat_id="c", user_id="u")
-            engine.set(user("again"))
-            await engine.save()
-            assert len(await store.get_messages("c")) == 2
-    finally:
-        await theirs.dispose()
-    assert await _my_exec(url, "SELECT id FROM notes ORDER BY id") == [(1,), (2,)]
-
-
-async def test_the_callers_rollback_undoes_the_stores_writes_after_an_implicit_commit(
-    url: str,
-) -> None:
-    # DDL commits the caller's transaction on the server, unseen by SQLAlchemy (as a deadlock
-    # rolls it back): the store's next write opens a transaction again rather than
-    # committing statement by statement, so the caller's rollback still undoes it.
-    await _my_exec(url, "CREATE TABLE notes (id INT PRIMARY KEY) ENGINE=InnoDB")
-    async with SqlContextStore(url, pool_size=1, max_overflow=0) as store:
-        async with store.engine.connect() as conn:
-            await conn.begin()
-            await conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS ddl_probe (x INT)")
-            await conn.exec_driver_sql("INSERT INTO notes VALUES (1)")  # the caller's own
-            async with store.using(conn):
-                await store.create_chat("rolled-back", user_id="u")
-            await conn.rollback()
-        assert await store.get_chat("rolled-back") is None
-        assert await _my_exec(url, "SELECT COUNT(*) FROM notes") == [(0,)]
-        assert await in_transaction(store) == 0
-
-        # The connection autocommits again for the store's reads: one statement each.
-        async def sent() -> int:
-            async with store.engine.connect() as conn:
-                await conn.execution_options(**{BEGIN_OPTION: "none"})
-                found = await conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Questions'")
-                return int(found.one()[1])
-
-        before = await sent()
-        await store.list_chats()
-        assert await sent() - before == 2  # the read and the SHOW
-
-
-async def test_a_read_on_a_connection_without_autocommit_is_rolled_back_once(url: str) -> None:
-    # An engine of the caller's keeps autocommit off: a read is its SELECT and one ROLLBACK.
-    theirs = create_async_engine(url, pool_size=1, max_overflow=0)
-    try:
-        async with SqlContextStore(theirs) as store:
-            await store.create_chat("c", user_id="u")
-
-            async def sent() -> int:
-                async with theirs.connect() as conn:
-                    found = await conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Questions'")
-                    return int(found.one()[1])
-
-            before = await sent()
-            for _ in range(5):
-                await store.list_chats()
-            # five reads of two statements; the SHOW and its ROLLBACK
-            assert await sent() - before == 5 * 2 + 2
-    finally:
-        await theirs.dispose()
-
-
-async def test_a_snapshot_unit_sees_one_state_of_the_database(url: str) -> None:
-    # The store's connections autocommit; a snapshot unit opens a REPEATABLE READ transaction
-    # with its snapshot taken at once: a row committed meanwhile by another connection stays
-    # out of its reads, and the unit after it reads at READ COMMITTED again.
-    await _my_exec(url, "CREATE TABLE notes (id INT PRIMARY KEY) ENGINE=InnoDB")
-
-    async def count(conn: Any) -> int:
-        return int((await conn.exec_driver_sql("SELECT COUNT(*) FROM notes")).scalar_one())
-
-    async with SqlContextStore(url, pool_size=1, max_overflow=0) as store:
-        async with store.engine.connect() as conn:
-            await conn.execution_options(**{BEGIN_OPTION: "snapshot"})
-            await conn.begin()
-            before = await count(conn)
-            await _my_exec(url, "INSERT INTO notes VALUES (1)")
-            assert await count(conn) == before == 0
-            await conn.commit()
-        async with store.engine.connect() as conn:
-            await conn.execution_options(**{BEGIN_OPTION: "unit"})
-            await conn.begin()
-            before = await count(conn)
-            await _my_exec(url, "INSERT INTO notes VALUES (2)")
-            assert (before, await count(conn)) == (1, 2)
-            await conn.commit()
-
-
-async def in_transaction(store: SqlContextStore) -> int:
-    """Whether the server holds a transaction open on the store's one pooled connection
-    (``pool_size=1, max_overflow=0``), asked on that connection: a unit still running in the
-    background is waited for, and a transaction left open shows."""
-    async with store.engine.connect() as conn:
-        await conn.execution_options(**{BEGIN_OPTION: "none"})
-        return int((await conn.exec_driver_sql("SELECT @@in_transaction")).scalar_one())
-
-
-def open_transactions_in(url: str) -> str:
-    """A query of the transactions open on the server by connections to the database of
-    ``url`` (the test's own: other tests may run beside it)."""
-    database = make_url(url).database or ""
-    assert database.replace("_", "").isalnum()
-    return (
-        "SELECT COUNT(*) FROM information_schema.innodb_trx AS t JOIN "
-        "information_schema.processlist AS p ON p.id = t.trx_mysql_thread_id "
-        f"WHERE p.db = '{database}'"
-    )
-
-
-async def test_reads_autocommit_and_a_refused_or_failed_unit_leaves_nothing_open(
-    url: str,
-) -> None:
-    # The store's connections run with autocommit on: a read is one statement, with no
-    # ROLLBACK after it. A unit that fails after opening its transaction (a refused save, an
-    # id that exists) is rolled back all the same, and a snapshot unit leaves the connection
-    # as it found it.
-    async def sent(store: SqlContextStore) -> int:
-        async with store.engine.connect() as conn:
-            await conn.execution_options(**{BEGIN_OPTION: "none"})  # as the store's reads
-            found = await conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Questions'")
-            return int(found.one()[1])
-
-    async with SqlContextStore(url, pool_size=1, max_overflow=0) as store:
-
-        async def open_transactions() -> int:
-            return await in_transaction(store)
-
-        engine = ContextEngine(store=store, chat_id="c", user_id="u")
-        engine.set(user("first", id="m-first"), assistant_text("reply"))
-        await engine.save()
-        before = await sent(store)
-        for _ in range(5):
-            assert [b.name for b in await store.list_branches("c")] == ["main"]
-        assert await sent(store) - before == 5 + 1  # five reads and the SHOW
-
-        stale = ContextEngine(store=store, chat_id="c", user_id="u")
-        await stale.resolve()
-        engine.set(user("moved on"))
-        await engine.save()
-        stale.set(user("grafted"))
-        await stale.save()  # the compound statement refused it (SIGNAL), then it grafted
-        assert await open_transactions() == 0
-
-        other = ContextEngine(store=store, chat_id="c", user_id="u")
-        await other.resolve()
-        other.set(user("again", id="m-first"))  # an id the chat holds: the insert fails,
-        await other.save()  # then the general path writes it
-        assert await open_transactions() == 0
-
-        # A statement that opens a transaction and fails reports no status: the connection
-        # is rolled back when it goes back to the pool all the same.
-        async with store.engine.connect() as conn:
-            await conn.execution_options(**{BEGIN_OPTION: "none"})  # as the store's own units
-            with pytest.raises(Exception, match="refused"):
-                await conn.exec_driver_sql(
-                    "BEGIN NOT ATOMIC DECLARE x INT; START TRANSACTION; "
-                    "SELECT 1 INTO x FROM chats WHERE id = 'c' FOR UPDATE; "
-                    "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused'; END"
-                )
-        assert await open_transactions() == 0
-
-        exported = await store.export_chat("c")  # snapshot units (REPEATABLE READ)
-        assert "m-first" in {m.id for m in exported.messages}
-        chain = {m.id for m in await store.get_messages("c")}
-        assert chain and chain <= {m.id for m in exported.messages}
-        before = await sent(store)
-        await store.list_branches("c")
-        assert await sent(store) - before == 1 + 1  # still one statement a read
-        assert await open_transactions() == 0
 
 
 async def test_a_page_after_a_deep_cursor_reads_one_page_of_the_index(

@@ -78,7 +78,6 @@ from agentcontext.store._db.schema import branches as B
 from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects.base import (
-    BEGIN_OPTION,
     AppendRefused,
     Dialect,
     EngineOptions,
@@ -97,13 +96,6 @@ from agentcontext.store._dialects.mysql_search import (
     terms_hex,
     unindex,
     unpack_terms,
-)
-from agentcontext.store._dialects.mysql_session import (
-    COMMITTED,
-    autocommits,
-    in_transaction,
-    install_hooks,
-    reset,
 )
 from agentcontext.store._rows.decode import damaged_time
 from agentcontext.store._rows.terms import ScopedTerms
@@ -201,7 +193,7 @@ class MySQLDialect(Dialect):
 
     @classmethod
     def from_engine(cls, engine: AsyncEngine, options: EngineOptions) -> MySQLDialect:
-        install_hooks(engine, None)  # (its connections keep the caller's autocommit setting)
+        install_hooks(engine, None)
         return MySQLDialect(schema=options.schema)
 
     def make_engine(self, url: URL, options: EngineOptions, kwargs: dict[str, Any]) -> AsyncEngine:
@@ -214,30 +206,19 @@ class MySQLDialect(Dialect):
         # Writes lock what they change and read the latest rows: no snapshot is needed
         # (`prepare` asks for one where a call reads several times).
         kwargs.setdefault("isolation_level", "READ COMMITTED")
-        # A connection back in the pool is rolled back only when something can be open
-        # (`mysql_session.reset`): a round trip saved on every read and every save.
+        # A connection back in the pool is rolled back only when the server says it is in a
+        # transaction (`_reset`): after a commit that is a round trip saved on every write.
         kwargs.setdefault("pool_reset_on_return", None)
         engine = create_async_engine(url, connect_args=connect_args, **kwargs)
         if kwargs["pool_reset_on_return"] is None:
-            event.listen(engine.sync_engine, "reset", reset)
-        install_hooks(engine, options.command_timeout, autocommit_reads=True)
+            event.listen(engine.sync_engine, "reset", _reset)
+        install_hooks(engine, options.command_timeout)
         return engine
 
     def prepare(self, conn: Connection, mode: Mode) -> None:
-        if autocommits(conn):  # a unit of several statements starts its transaction itself
-            begin = {"write": "unit", "snapshot": "snapshot"}.get(mode, "none")
-            conn.execution_options(**{BEGIN_OPTION: begin})
-        elif mode == "snapshot":
+        if mode == "snapshot":
             # InnoDB's REPEATABLE READ: the reads of the unit see one snapshot.
             conn.execution_options(isolation_level="REPEATABLE READ")
-
-    def join_transaction(self, conn: Connection) -> None:
-        # On the store's connections (autocommit on), a caller's transaction the server ended
-        # on its own (a deadlock's victim, an implicit commit by DDL) leaves the next
-        # statements to commit one by one: the store's writes open a transaction again, so
-        # the caller's rollback undoes them, as it would with autocommit off.
-        if autocommits(conn) and not in_transaction(conn):
-            conn.exec_driver_sql("START TRANSACTION")
 
     def on_open(self, conn: Connection) -> None:
         packet = int(conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar_one())
@@ -401,8 +382,6 @@ class MySQLDialect(Dialect):
                 conn, branch_id, rows, first=first, new_head=new_head, touched_at=touched_at,
                 owner=owner, commit=alone,
             )  # fmt: skip
-        if alone and autocommits(conn):
-            conn.exec_driver_sql("START TRANSACTION")
         version = self._append_statements(
             conn, branch_id, rows, first=first, new_head=new_head, touched_at=touched_at,
             owner=owner,
@@ -530,7 +509,7 @@ class MySQLDialect(Dialect):
                 raise AppendRefused("exists") from None
             raise
         if commit:
-            conn.info[COMMITTED] = True
+            conn.info[_COMMITTED] = True
         return version
 
     def _names(self, conn: Connection) -> dict[str, str]:
@@ -685,8 +664,6 @@ def _compound_append(
     # the head compared in the columns' binary collation; nothing written before the checks.
     parts = [
         "BEGIN NOT ATOMIC DECLARE f, o, h INT DEFAULT 0; DECLARE v, d, s BIGINT; "  # noqa: S608
-        # (Run alone, it opens its transaction: the store's connections autocommit.)
-        f"{'START TRANSACTION; ' if commit else ''}"
         "SELECT STRAIGHT_JOIN 1, c.user_id = %s, b.head_message_id <=> %s, c.version + %s, "
         f"b.head_depth INTO f, o, h, v, d FROM {chats} AS c JOIN {branches} AS b "
         "ON b.chat_id = c.id WHERE c.id = %s AND b.id = %s FOR UPDATE; "
@@ -759,6 +736,45 @@ def _check_packet(conn: Connection, texts: Sequence[str | bytes | None]) -> None
 _VERSION = Table(VERSION_TABLE, MetaData(), Column("version_num", String(32), primary_key=True))
 """Alembic's version table, as Alembic makes it (but for its primary key's name)."""
 
+_IN_TRANSACTION = 1
+"""The server's status flag SERVER_STATUS_IN_TRANS, as the drivers keep it."""
+_COMMITTED = "agentcontext_committed"
+"""A connection's ``info`` key: its last statement committed the transaction itself (a
+compound append), so that SQLAlchemy's rollback when the connection closes is skipped."""
+
+
+def _skip_committed(do_rollback: Any) -> Any:
+    """The dialect's rollback, skipped right after a statement that committed the transaction
+    itself, when the server's last status says no transaction is open (a round trip saved on
+    every save)."""
+
+    def rollback(dbapi_connection: Any) -> None:
+        try:
+            info = dbapi_connection.info  # (the pool's connection: its record's info)
+        except (AttributeError, NotImplementedError):
+            info = None  # (a connection being set up)
+        if isinstance(info, dict) and info.pop(_COMMITTED, False):
+            driver = getattr(dbapi_connection, "driver_connection", None)
+            status = getattr(driver, "server_status", None)
+            if isinstance(status, int) and not status & _IN_TRANSACTION:
+                return
+        do_rollback(dbapi_connection)
+
+    return rollback
+
+
+def _reset(dbapi_connection: Any, record: Any, reset_state: Any) -> None:
+    """Reset a connection returned to the pool: a rollback unless the server's last status
+    says no transaction is open (an unknown status is rolled back)."""
+    record.info.pop(_COMMITTED, None)
+    if reset_state.terminate_only:
+        return
+    driver = getattr(dbapi_connection, "driver_connection", None)
+    status = getattr(driver, "server_status", None)
+    if not isinstance(status, int) or status & _IN_TRANSACTION:
+        dbapi_connection.rollback()
+
+
 _UNHEX_TERMS = func.unhex(bindparam("terms_hex", type_=Text), type_=LargeBinary)
 """A message's ``search_hashes`` from `terms_hex` (the parameter ``terms_hex``)."""
 _INSERT_MESSAGES = mysql.insert(M).values(
@@ -774,3 +790,46 @@ _LOCK_FOR_APPEND = (
     .with_for_update()
 )
 """The rows of an append (run for many rows at once: one multi-row statement)."""
+
+
+def install_hooks(engine: AsyncEngine, command_timeout: float | None) -> None:
+    """Set every new connection of ``engine`` up for the store (once per engine): UTC session
+    time, strict SQL mode, recursive walks of any length, the statement timeout, and what the
+    server allows in one statement (read into the connection's ``info``)."""
+    sync_engine = engine.sync_engine
+    if sync_engine.__dict__.get("_agentcontext_hooks"):
+        return
+    sync_engine.__dict__["_agentcontext_hooks"] = True
+    dialect = sync_engine.dialect
+    dialect.do_rollback = _skip_committed(dialect.do_rollback)  # type: ignore[method-assign]
+
+    @event.listens_for(sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("SELECT VERSION(), @@max_allowed_packet")
+            version, packet = cursor.fetchone()
+            record.info["max_allowed_packet"] = int(packet)
+            mariadb = "mariadb" in str(version).lower()
+            timeout = 0.0 if command_timeout is None else float(command_timeout)
+            if mariadb:
+                cursor.execute(_MARIADB_SESSION, (timeout,))
+            else:
+                cursor.execute(_MYSQL_SESSION, (int(timeout * 1000),))
+        finally:
+            cursor.close()
+
+
+_MARIADB_SESSION = (
+    "SET SESSION time_zone = '+00:00', "
+    "sql_mode = CONCAT(@@sql_mode, ',STRICT_TRANS_TABLES,NO_ZERO_DATE'), "
+    "max_recursive_iterations = 4294967295, max_statement_time = %s"
+)
+"""A MariaDB connection's settings: UTC, strict, recursive walks of any length, the
+statement timeout in seconds (0: none)."""
+_MYSQL_SESSION = (
+    "SET SESSION time_zone = '+00:00', "
+    "sql_mode = CONCAT(@@sql_mode, ',STRICT_TRANS_TABLES,NO_ZERO_DATE'), "
+    "cte_max_recursion_depth = 4294967295, max_execution_time = %s"
+)
+"""A MySQL connection's: the same, the timeout in milliseconds (of reads; 0: none)."""
