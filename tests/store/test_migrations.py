@@ -300,6 +300,24 @@ async def test_bad_urls_are_named() -> None:
         SqlContextStore("sqlite+aiosqlite://", migrate="sometimes")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite+aiosqlite:///x.db?timeout=soon",
+        "postgresql+asyncpg://user:secret@localhost/db?prepared_statement_cache_size=many",
+        "mysql+asyncmy://user:secret@localhost/db?read_timeout=soon",
+    ],
+)
+def test_a_driver_setting_of_the_wrong_type_is_named(url: str) -> None:
+    # SQLAlchemy reads the URL's query as the driver's settings when it makes the engine:
+    # a value of the wrong type is the caller's input, not a raw ValueError.
+    with pytest.raises(errors.InvalidInputError, match="query parameters") as caught:
+        SqlContextStore(url)
+    assert "secret" not in str(caught.value)
+    with pytest.raises(errors.InvalidInputError, match="engine_options"):
+        SqlContextStore(url.split("?")[0], engine_options={"no_such_option": 1})
+
+
 async def test_in_memory_store_is_isolated_and_serialises_transactions() -> None:
     async with InMemoryContextStore() as one, InMemoryContextStore() as two:
         await one.create_chat("c", user_id="u")

@@ -14,7 +14,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentcontext import _validate as v
 from agentcontext._validate import dumps, loads
-from agentcontext.errors import InvalidInputError, InvalidTypeError, MissingExtraError
+from agentcontext.errors import (
+    ContextError,
+    InvalidInputError,
+    InvalidTypeError,
+    MissingExtraError,
+)
 from agentcontext.store import _dialects
 from agentcontext.store._db import compiled as _compiled
 from agentcontext.store._db.database import Database
@@ -216,7 +221,18 @@ def make_engine(url: URL, options: StoreOptions) -> tuple[AsyncEngine, Dialect]:
             kwargs[name] = value
     if options.connect_args:
         kwargs["connect_args"] = dict(options.connect_args)
-    engine = dialect.make_engine(url, options, kwargs)
+    try:
+        engine = dialect.make_engine(url, options, kwargs)
+    except ContextError:
+        raise
+    except (TypeError, ValueError, ArgumentError) as exc:
+        # SQLAlchemy's dialect reads the URL's query parameters as the driver's settings
+        # (``?timeout=abc`` on SQLite) and checks the engine's keyword arguments.
+        raise InvalidInputError(
+            f"cannot make an engine for {url.render_as_string(hide_password=True)}: "
+            f"{str(exc).rstrip('. ')}. "
+            "Check the URL's query parameters (?name=value) and the store's engine_options"
+        ) from None
     _compiled.share(engine, dict(options.engine_options or {}))
     return engine, dialect
 
