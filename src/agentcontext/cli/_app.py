@@ -54,10 +54,11 @@ database URL:
   demo migrate it. A command that fails removes the SQLite file it created.
   Passwords in URLs are never printed.
 
-tenant schema (PostgreSQL):
+tenant schema (PostgreSQL) or database (MariaDB/MySQL):
   --schema NAME (before or after the command), else ${SCHEMA_ENV_VAR}, else the
-  database's default schema: every command works on the chats of that schema, as
-  SqlContextStore(url, schema=NAME) does. SQLite has no schemas (usage error).
+  database's default schema (PostgreSQL) or the URL's database: every command works
+  on the chats of that schema, as SqlContextStore(url, schema=NAME) does. SQLite
+  has no schemas (usage error).
 
 output:
   Tables, colours and trees on a terminal (with the cli extra: pip install
@@ -69,10 +70,12 @@ output:
 
 URL_HELP = f"database URL (default: ${ENV_VAR}, else {DEFAULT_URL})"
 SCHEMA_HELP = (
-    f"a tenant's PostgreSQL schema (default: ${SCHEMA_ENV_VAR}, else the database's default schema)"
+    f"a tenant's schema (PostgreSQL) or database (MariaDB/MySQL) (default: ${SCHEMA_ENV_VAR}, "
+    "else the URL's own)"
 )
 DEMO_SCHEMA_HELP = (
-    f"a PostgreSQL schema to write the demo's chat into, with --url (${SCHEMA_ENV_VAR} is not used)"
+    f"a PostgreSQL schema or MariaDB/MySQL database to write the demo's chat into, with --url "
+    f"(${SCHEMA_ENV_VAR} is not used)"
 )
 DEMO_URL_HELP = (
     "database URL (default: its own file sqlite+aiosqlite:///agentcontext-demo.db in the "

@@ -104,8 +104,8 @@ class Env:
     """True when ``--url`` was given (so suggested commands must repeat it)."""
     out: Output
     schema: str | None = None
-    """The tenant's PostgreSQL schema (``--schema``, else ``$AGENTCONTEXT_SCHEMA``), or None
-    for the database's default schema."""
+    """The tenant's PostgreSQL schema or MariaDB/MySQL database (``--schema``, else
+    ``$AGENTCONTEXT_SCHEMA``), or None for the URL's own."""
     schema_explicit: bool = False
     """True when ``--schema`` was given (so suggested commands must repeat it)."""
 

@@ -59,7 +59,8 @@ def register(commands: Any) -> None:
         f"TOON with its token count, and a token and cost estimate for {DEMO_MODEL}. "
         f"Writes to --url if given, else to its own SQLite file {DEMO_FILE} in the current "
         "directory, never to AGENTCONTEXT_URL or the other commands' default "
-        "(agentcontext.db); into a PostgreSQL schema only with --schema (AGENTCONTEXT_SCHEMA "
+        "(agentcontext.db); into a PostgreSQL schema or a MariaDB/MySQL database only with "
+        "--schema (AGENTCONTEXT_SCHEMA "
         "is not used either). It ends with the commands that open what it stored, the "
         "web viewer (agentcontext serve) and the documentation.",
     )

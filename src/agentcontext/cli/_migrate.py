@@ -39,8 +39,8 @@ def register(commands: Any) -> None:
         "--schema",
         metavar="NAME",
         default=argparse.SUPPRESS,  # given before the command, or $AGENTCONTEXT_SCHEMA
-        help="a tenant's PostgreSQL schema (created by upgrade when missing); default: "
-        "$AGENTCONTEXT_SCHEMA, else the database's default schema",
+        help="a tenant's schema (PostgreSQL) or database (MariaDB/MySQL), created by upgrade "
+        "when missing; default: $AGENTCONTEXT_SCHEMA, else the URL's own",
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     up = actions.add_parser(
