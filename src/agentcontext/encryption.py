@@ -39,7 +39,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, IntegrityError, InvalidRequestError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentcontext.errors import (
@@ -150,7 +150,7 @@ class LocalKeyProvider:
         self._cache_size = cache_size
         self._cache: OrderedDict[str, bytes] = OrderedDict()
         self._url = _keyring_url(keyring)
-        self._engine: AsyncEngine | None = None
+        self._engine: AsyncEngine | None = _keyring_engine(self._url)  # (no I/O yet)
         self._ready = False
         self._lock = asyncio.Lock()
 
@@ -320,7 +320,7 @@ class LocalKeyProvider:
             return self._engine
         async with self._lock:
             if self._engine is None:
-                self._engine = create_async_engine(self._url)
+                self._engine = _keyring_engine(self._url)
             if not self._ready:
                 try:
                     async with self._engine.begin() as conn:
@@ -381,6 +381,25 @@ class LocalKeyProvider:
             f"the keyring {self.keyring_url} cannot be used: {type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''}"
         )
+
+
+def _keyring_engine(url: URL) -> AsyncEngine:
+    """The keyring's engine (made without connecting): a URL whose driver is missing, or
+    whose query the driver cannot take, is refused here, naming what to change."""
+    shown = url.render_as_string(hide_password=True)
+    try:
+        return create_async_engine(url)
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"the keyring {shown} needs a driver that is not installed ({exc}); install it, "
+            "or keep the keyring in a SQLite file (a path)"
+        ) from None
+    except (TypeError, ValueError, ArgumentError, InvalidRequestError) as exc:
+        raise InvalidInputError(
+            f"cannot open the keyring {shown}: {str(exc).rstrip('. ')}. Use an async driver "
+            "(sqlite+aiosqlite://, postgresql+asyncpg://, mysql+asyncmy://) and check the "
+            "URL's query parameters"
+        ) from None
 
 
 def _keyring_url(keyring: object) -> URL:

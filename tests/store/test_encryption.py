@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib.util
 import os
 import secrets
 import shutil
@@ -33,6 +34,7 @@ from agentcontext import (
     InvalidInputError,
     InvalidTypeError,
     LocalKeyProvider,
+    MissingExtraError,
     assistant_text,
     user,
 )
@@ -444,6 +446,25 @@ async def test_bad_providers_and_keys_are_refused(tmp_path: Path) -> None:
         LocalKeyProvider(b"short", tmp_path / "k.db")
     with pytest.raises(InvalidTypeError):
         LocalKeyProvider("x" * 32, tmp_path / "k.db")  # type: ignore[arg-type]
+    key = secrets.token_bytes(32)
+    # A keyring URL the engine cannot be made for is refused when the provider is made, not
+    # on its first key with a raw SQLAlchemy or driver error.
+    for keyring, error, match in [
+        (f"sqlite:///{tmp_path / 'k.db'}", InvalidInputError, "async driver"),
+        (f"sqlite+aiosqlite:///{tmp_path / 'k.db'}?timeout=soon", InvalidInputError, "query"),
+        ("nosuch+driver://host/keys", InvalidInputError, "nosuch"),
+        (
+            "postgresql+psycopg2://u:secret@localhost/keys",
+            *(
+                (MissingExtraError, "not installed")
+                if importlib.util.find_spec("psycopg2") is None
+                else (InvalidInputError, "async driver")  # (installed: it is not async)
+            ),
+        ),
+    ]:
+        with pytest.raises(error, match=match) as caught:
+            LocalKeyProvider(key, keyring)
+        assert "secret" not in str(caught.value)
 
 
 class FlakyProvider:
