@@ -318,6 +318,26 @@ def test_a_driver_setting_of_the_wrong_type_is_named(url: str) -> None:
         SqlContextStore(url.split("?")[0], engine_options={"no_such_option": 1})
 
 
+async def test_stores_of_several_new_databases_opened_at_once_all_migrate(
+    tmp_path: Path,
+) -> None:
+    """Alembic keeps the migration it runs in module globals: migrations interleaved in one
+    event loop (a file per tenant, opened together) ran their steps in each other's database
+    ('table chats already exists', or a KeyError 'config'). They now run one at a time."""
+
+    async def open_one(index: int) -> int:
+        async with SqlContextStore(f"sqlite+aiosqlite:///{tmp_path / f'tenant{index}.db'}") as s:
+            await s.create_chat(f"c{index}", user_id="u")
+            return len(await s.list_chats())
+
+    assert await asyncio.gather(*(open_one(index) for index in range(4))) == [1, 1, 1, 1]
+    for index in range(4):
+        async with SqlContextStore(
+            f"sqlite+aiosqlite:///{tmp_path / f'tenant{index}.db'}", migrate=False
+        ) as store:
+            assert [chat.id for chat in await store.list_chats()] == [f"c{index}"]
+
+
 async def test_in_memory_store_is_isolated_and_serialises_transactions() -> None:
     async with InMemoryContextStore() as one, InMemoryContextStore() as two:
         await one.create_chat("c", user_id="u")

@@ -7,7 +7,9 @@ a store opening an up-to-date database reads the revision with one plain query.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -180,11 +182,25 @@ def downgrade_in_transaction(
 
 
 async def run_in_write_transaction(engine: AsyncEngine, fn: Callable[[Connection], Any]) -> Any:
-    """Run ``fn(sync_connection)`` in one write transaction (SQLite: BEGIN IMMEDIATE)."""
-    async with engine.connect() as conn:
+    """Run ``fn(sync_connection)`` in one write transaction (SQLite: BEGIN IMMEDIATE), one
+    such call at a time in an event loop: Alembic keeps the migration it runs in module
+    globals (``alembic.context``, ``alembic.op``), so two migrations whose statements
+    interleave (stores of two SQLite files, or of two servers, opened at once) would each
+    run their steps in the other's database."""
+    loop = asyncio.get_running_loop()
+    turn = _TURNS.get(loop)
+    if turn is None:
+        turn = _TURNS[loop] = asyncio.Lock()
+    async with turn, engine.connect() as conn:
         await conn.execution_options(**{BEGIN_OPTION: "immediate"})
         async with conn.begin():
             return await conn.run_sync(fn)
+
+
+_TURNS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
+"""The lock of `run_in_write_transaction` in each event loop."""
 
 
 async def run_with_new_engine(
