@@ -574,14 +574,18 @@ class MySQLDialect(Dialect):
 
     def take_migration_lock(self, connection: Connection) -> None:
         # A named lock of the server: held by this connection until released (DDL commits
-        # transactions, so no transaction-scoped lock outlives the first statement).
+        # transactions, so no transaction-scoped lock outlives the first statement). One
+        # name for the whole server: with one per database, a migration failed once in a
+        # CREATE TABLE while another database of the server was migrated (cause not found);
+        # migrations are short and rare, so a server runs them one at a time.
         got = connection.execute(
             text("SELECT GET_LOCK(:name, :seconds)"), {"name": _MIGRATION_LOCK, "seconds": 300}
         ).scalar()
         if got != 1:
             raise StoreError(
-                "another process has been migrating this MariaDB/MySQL database for five "
-                "minutes; wait for it to end, then try again"
+                "another process has been migrating a database of this MariaDB/MySQL server "
+                "for five minutes (migrations of one server run one at a time); wait for it "
+                "to end, then try again"
             )
 
     def release_migration_lock(self, connection: Connection) -> None:
