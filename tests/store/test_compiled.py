@@ -95,3 +95,30 @@ async def test_no_cache_and_a_callers_engine_keep_their_own(store_url: str, back
         assert engine.sync_engine._compiled_cache  # their engine's own cache did the work
     finally:
         await engine.dispose()
+
+
+def test_the_sqlite_append_of_many_rows_is_what_sqlalchemy_compiles_for_them() -> None:
+    # The append of n rows repeats the row of the one-row statement SQLAlchemy compiled
+    # (compiling n rows through SQLAlchemy took 15 ms for 100 rows, 0.3 s for 2 000): the text
+    # must be the one SQLAlchemy gives for n rows, its parameters row after row.
+    from sqlalchemy import bindparam, insert, literal_column, select
+    from sqlalchemy.dialects import sqlite
+
+    from agentcontext.store._dialects import sqlite as dialect
+
+    written = dialect._WRITTEN
+    version = (
+        select(written.c.version)
+        .where(written.c.id == literal_column("message_appends.id"))
+        .scalar_subquery()
+    )
+    names = dialect._ROW_PARAMETERS
+    for count in (1, 2, 3, 17, 100):
+        rows = [{name: bindparam(f"{name}_{i}") for name in names} for i in range(count)]
+        for returning in (False, True):
+            statement = insert(dialect._APPENDS).values(rows)
+            if returning:
+                statement = statement.returning(version)
+            compiled = statement.compile(dialect=sqlite.dialect(paramstyle="qmark"))
+            assert dialect._sqlite_append(count, returning) == compiled.string, (count, returning)
+            assert compiled.positiontup == [f"{name}_{i}" for i in range(count) for name in names]
