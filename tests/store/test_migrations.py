@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -336,6 +337,42 @@ async def test_stores_of_several_new_databases_opened_at_once_all_migrate(
             f"sqlite+aiosqlite:///{tmp_path / f'tenant{index}.db'}", migrate=False
         ) as store:
             assert [chat.id for chat in await store.list_chats()] == [f"c{index}"]
+
+
+def test_stores_of_new_databases_opened_at_once_in_threads_all_migrate(tmp_path: Path) -> None:
+    """The same across threads, each with an event loop of its own (``asyncio.run`` per
+    worker thread): the migrations ran each other's steps ('config', 'script') or hung on a
+    connection of another loop ('bound to a different event loop'), until they took turns
+    in the process, not only in a loop."""
+    failures: list[str] = []
+
+    def worker(index: int) -> None:
+        async def open_one() -> None:
+            url = f"sqlite+aiosqlite:///{tmp_path / f'thread{index}.db'}"
+            async with SqlContextStore(url) as store:
+                await store.create_chat(f"c{index}", user_id="u")
+
+        try:
+            asyncio.run(open_one())
+        except Exception as exc:  # every failure is reported below
+            failures.append(f"{index}: {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 120
+    for thread in threads:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    assert not [thread for thread in threads if thread.is_alive()], "a migration hung"
+    assert failures == []
+
+    async def chats(index: int) -> list[str]:
+        url = f"sqlite+aiosqlite:///{tmp_path / f'thread{index}.db'}"
+        async with SqlContextStore(url, migrate=False) as store:
+            return [chat.id for chat in await store.list_chats()]
+
+    for index in range(6):
+        assert asyncio.run(chats(index)) == [f"c{index}"]
 
 
 async def test_in_memory_store_is_isolated_and_serialises_transactions() -> None:

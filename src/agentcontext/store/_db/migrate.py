@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -183,24 +184,40 @@ def downgrade_in_transaction(
 
 async def run_in_write_transaction(engine: AsyncEngine, fn: Callable[[Connection], Any]) -> Any:
     """Run ``fn(sync_connection)`` in one write transaction (SQLite: BEGIN IMMEDIATE), one
-    such call at a time in an event loop: Alembic keeps the migration it runs in module
+    such call at a time in the process: Alembic keeps the migration it runs in module
     globals (``alembic.context``, ``alembic.op``), so two migrations whose statements
-    interleave (stores of two SQLite files, or of two servers, opened at once) would each
-    run their steps in the other's database."""
+    interleave (stores of two SQLite files, or of two servers, opened at once, in one event
+    loop or in threads with loops of their own) would each run their steps in the other's
+    database, or hang on a connection of another loop.
+
+    The tasks of one event loop queue on a lock of that loop; the one at the head of the
+    queue then takes the process's lock, without blocking its loop while another thread's
+    migration holds it (it tries again every few milliseconds, and can be cancelled)."""
     loop = asyncio.get_running_loop()
     turn = _TURNS.get(loop)
     if turn is None:
-        turn = _TURNS[loop] = asyncio.Lock()
-    async with turn, engine.connect() as conn:
-        await conn.execution_options(**{BEGIN_OPTION: "immediate"})
-        async with conn.begin():
-            return await conn.run_sync(fn)
+        turn = _TURNS.setdefault(loop, asyncio.Lock())
+    async with turn:
+        pause = 0.001
+        while not _MIGRATING.acquire(blocking=False):
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.02)
+        try:
+            async with engine.connect() as conn:
+                await conn.execution_options(**{BEGIN_OPTION: "immediate"})
+                async with conn.begin():
+                    return await conn.run_sync(fn)
+        finally:
+            _MIGRATING.release()
 
 
 _TURNS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
     weakref.WeakKeyDictionary()
 )
-"""The lock of `run_in_write_transaction` in each event loop."""
+"""The queue of `run_in_write_transaction` in each event loop."""
+
+_MIGRATING = threading.Lock()
+"""Held by the one `run_in_write_transaction` running in the process."""
 
 
 async def run_with_new_engine(
