@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import shutil
 import socket
@@ -271,8 +272,22 @@ def create_mariadb_database(prefix: str = "actest") -> str:
 
 
 def drop_mariadb_database(url: str) -> None:
+    """Drop the database, ending first the connections still in it (a failed test's, left
+    in a transaction, would make the DROP wait for their metadata locks for ever)."""
     name = make_url(url).database
-    run_sync(lambda: _my_exec(mariadb_admin_url(), f"DROP DATABASE IF EXISTS `{name}`"))
+
+    async def drop() -> None:
+        rows = await _my_exec(
+            mariadb_admin_url(),
+            "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = "
+            f"'{name}' AND ID <> CONNECTION_ID()",
+        )
+        for (thread,) in rows:
+            with contextlib.suppress(Exception):  # it ended meanwhile
+                await _my_exec(mariadb_admin_url(), f"KILL CONNECTION {int(thread)}")
+        await _my_exec(mariadb_admin_url(), f"DROP DATABASE IF EXISTS `{name}`")
+
+    run_sync(drop)
 
 
 @contextmanager

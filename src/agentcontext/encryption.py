@@ -23,7 +23,10 @@ import binascii
 import hashlib
 import os
 import secrets
+import threading
+import weakref
 from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -134,6 +137,10 @@ class LocalKeyProvider:
 
     Unwrapped keys are kept in memory, at most ``cache_size`` of them (least recently used
     first out). Use it as an async context manager, or call `aclose`.
+
+    One provider serves stores of every event loop of the process (an ``asyncio.run()`` per
+    job, a loop per thread): a connection of a server's driver belongs to the loop it was
+    opened in, so the keyring is reached through an engine of each loop's own.
     """
 
     def __init__(
@@ -150,9 +157,12 @@ class LocalKeyProvider:
         self._cache_size = cache_size
         self._cache: OrderedDict[str, bytes] = OrderedDict()
         self._url = _keyring_url(keyring)
-        self._engine: AsyncEngine | None = _keyring_engine(self._url)  # (no I/O yet)
+        self._spare: AsyncEngine | None = _keyring_engine(self._url)  # (no I/O yet)
+        self._engines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Keyring] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._handing = threading.Lock()
         self._ready = False
-        self._lock = asyncio.Lock()
 
     @classmethod
     def from_env(
@@ -218,17 +228,22 @@ class LocalKeyProvider:
             "created_at": datetime.now(UTC),
             "destroyed_at": None,
         }
+        # The row inserted first, each statement its own transaction: an UPDATE that finds no
+        # row, then an INSERT, in one transaction deadlocks two users' first keys on MariaDB
+        # and MySQL (each holds a gap lock the other's insert waits for).
         try:
-            async with engine.begin() as conn:
-                changed = await conn.execute(
-                    update(_KEYS)
-                    .where(_KEYS.c.user_id == user_id, _KEYS.c.wrapped.is_(None))
-                    .values(**values)
-                )
-                if changed.rowcount == 0:
+            try:
+                async with engine.begin() as conn:
                     await conn.execute(_KEYS.insert().values(user_id=user_id, **values))
-        except IntegrityError:
-            pass  # another process made it first: use theirs
+            except IntegrityError:
+                # A row is there: a destroyed key's tombstone (replaced by the new key), or a
+                # key another process made first (kept: theirs is used).
+                async with engine.begin() as conn:
+                    await conn.execute(
+                        update(_KEYS)
+                        .where(_KEYS.c.user_id == user_id, _KEYS.c.wrapped.is_(None))
+                        .values(**values)
+                    )
         except SQLAlchemyError as exc:
             raise self._failed(exc) from exc
         found = await self.get_data_key(user_id)
@@ -298,11 +313,20 @@ class LocalKeyProvider:
         return count
 
     async def aclose(self) -> None:
-        """Close the keyring's connections and forget the unwrapped keys."""
+        """Close the keyring's connections and forget the unwrapped keys. The connections
+        opened in another event loop than this one are dropped unclosed (SQLite's are
+        closed: they belong to no loop)."""
         self._cache.clear()
-        if self._engine is not None:
-            engine, self._engine, self._ready = self._engine, None, False
-            await engine.dispose()
+        loop = asyncio.get_running_loop()
+        with self._handing:
+            keyrings, spare = list(self._engines.items()), self._spare
+            self._engines.clear()
+            self._spare, self._ready = None, False
+        if spare is not None:
+            await spare.dispose()
+        for owner, keyring in keyrings:
+            engine = keyring.engine
+            await engine.dispose(close=owner is loop or engine.dialect.name == "sqlite")
 
     async def __aenter__(self) -> LocalKeyProvider:
         return self
@@ -316,19 +340,30 @@ class LocalKeyProvider:
     # --- inside ----------------------------------------------------------------------------
 
     async def _open(self) -> AsyncEngine:
-        if self._ready and self._engine is not None:
-            return self._engine
-        async with self._lock:
-            if self._engine is None:
-                self._engine = _keyring_engine(self._url)
+        keyring = self._keyring()
+        if self._ready:
+            return keyring.engine
+        async with keyring.lock:
             if not self._ready:
                 try:
-                    async with self._engine.begin() as conn:
+                    async with keyring.engine.begin() as conn:
                         await conn.run_sync(_metadata.create_all)
                 except SQLAlchemyError as exc:
                     raise self._failed(exc) from exc
                 self._ready = True
-        return self._engine
+        return keyring.engine
+
+    def _keyring(self) -> _Keyring:
+        """The keyring's engine of the running event loop (made on its first use there)."""
+        loop = asyncio.get_running_loop()
+        found = self._engines.get(loop)
+        if found is None:
+            with self._handing:
+                found = self._engines.get(loop)
+                if found is None:
+                    engine, self._spare = self._spare or _keyring_engine(self._url), None
+                    found = self._engines[loop] = _Keyring(engine, asyncio.Lock())
+        return found
 
     async def _read(self, engine: AsyncEngine, user_id: str) -> Any:
         try:
@@ -381,6 +416,14 @@ class LocalKeyProvider:
             f"the keyring {self.keyring_url} cannot be used: {type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''}"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Keyring:
+    """The keyring's engine in one event loop, and the lock of its table's creation there."""
+
+    engine: AsyncEngine
+    lock: asyncio.Lock
 
 
 def _keyring_engine(url: URL) -> AsyncEngine:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import importlib.util
 import os
 import secrets
 import shutil
 import subprocess
+import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
@@ -41,6 +44,7 @@ from agentcontext import (
 from agentcontext.messages import Message
 from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store import ChatUpdate, MessageRecord, SearchResult, SqlContextStore
+from tests.conftest import fresh_database
 from tests.helpers import chain
 
 PLANT = "qzvplanted" + secrets.token_hex(4)
@@ -436,6 +440,87 @@ async def test_from_env_reads_a_base64_master_key(
     monkeypatch.setenv("TEST_MASTER", base64.b64encode(b"short").decode())
     with pytest.raises(EncryptionError, match="32"):
         LocalKeyProvider.from_env("TEST_MASTER", keyring=keyring)
+
+
+def test_one_provider_serves_stores_of_every_event_loop(backend: str, tmp_path: Path) -> None:
+    """A provider made once (at import, say) and used by stores of several event loops: an
+    ``asyncio.run()`` per job, one after another, then a thread per job at once. A keyring
+    on a server was reached through connections of the first loop ('another operation is in
+    progress', 'attached to a different loop') until each loop had an engine of its own."""
+    with contextlib.ExitStack() as stack:
+        if backend == "sqlite":
+            keyring = str(tmp_path / "shared-keyring.db")
+        else:
+            keyring = stack.enter_context(fresh_database(backend, "ackeys"))
+        provider = LocalKeyProvider(secrets.token_bytes(32), keyring)
+        store_url = f"sqlite+aiosqlite:///{tmp_path / 'store.db'}"
+
+        async def job(index: int) -> list[str]:
+            async with SqlContextStore(store_url, encryption=provider) as store:
+                engine = ContextEngine(store=store, chat_id=f"c{index}", user_id=f"u{index}")
+                engine.set(user(f"{PLANT} job {index}"))
+                await engine.save()
+                hits = await store.search_messages(f"c{index}", PLANT)
+                fresh = ContextEngine(store=store, chat_id=f"c{index}", user_id=f"u{index}")
+                texts = [m.text for m in (await fresh.resolve()).messages]
+                return texts + [hit.message.id for hit in hits]
+
+        for index in range(3):
+            texts = asyncio.run(asyncio.wait_for(job(index), 60))
+            assert texts[0] == f"{PLANT} job {index}" and len(texts) == 2
+
+        results: dict[int, object] = {}
+
+        def worker(index: int) -> None:
+            try:
+                results[index] = asyncio.run(asyncio.wait_for(job(index), 60))
+            except Exception as exc:  # every failure is reported below
+                results[index] = f"{type(exc).__name__}: {exc}"
+
+        threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(3, 7)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 120
+        for thread in threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        assert not [thread for thread in threads if thread.is_alive()], "a job hung"
+        for index in range(3, 7):
+            found = results[index]
+            assert isinstance(found, list), found
+            assert found[0] == f"{PLANT} job {index}"
+
+        async def keys() -> int:
+            counted = 0
+            for index in range(7):
+                counted += (await provider.get_data_key(f"u{index}")) is not None
+            await provider.aclose()
+            return counted
+
+        assert asyncio.run(asyncio.wait_for(keys(), 60)) == 7
+
+
+async def test_first_keys_of_many_users_made_at_once(backend: str, tmp_path: Path) -> None:
+    """New users' first saves at the same moment each make a key: on MariaDB the keyring's
+    UPDATE-then-INSERT deadlocked them (error 1213, through gap locks); now every key is
+    made, once, and a destroyed key's tombstone is still replaced by a new key."""
+    with contextlib.ExitStack() as stack:
+        if backend == "sqlite":
+            keyring = str(tmp_path / "many-keyring.db")
+        else:
+            keyring = stack.enter_context(fresh_database(backend, "ackeys"))
+        async with LocalKeyProvider(secrets.token_bytes(32), keyring) as provider:
+            await provider.create_data_key("warm")  # the table made
+            users = [f"new-{index}" for index in range(40)]
+            for _ in range(3):
+                made = await asyncio.gather(*(provider.create_data_key(u) for u in users))
+                assert len(set(made)) == len(users)
+                again = await asyncio.gather(*(provider.create_data_key(u) for u in users))
+                assert again == made
+                for name in users:
+                    assert await provider.destroy_data_key(name)
+            renewed = await provider.create_data_key(users[0])
+            assert renewed not in made and await provider.destroyed_at(users[0]) is None
+            assert await provider.get_data_key(users[0]) == renewed
 
 
 async def test_bad_providers_and_keys_are_refused(tmp_path: Path) -> None:
