@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -373,6 +374,33 @@ def test_stores_of_new_databases_opened_at_once_in_threads_all_migrate(tmp_path:
 
     for index in range(6):
         assert asyncio.run(chats(index)) == [f"c{index}"]
+
+
+def _migrate_in_child(path: str) -> None:
+    async def open_one() -> None:
+        async with SqlContextStore(f"sqlite+aiosqlite:///{path}") as store:
+            await store.create_chat("forked", user_id="u")
+
+    asyncio.run(open_one())
+
+
+def test_a_process_forked_while_another_thread_migrates_can_migrate(tmp_path: Path) -> None:
+    """The process's migration lock, held by a thread of the parent when it forks, is not
+    held in the child (which has no such thread): the child's migrations run."""
+    migrating = _migrate._MIGRATING
+    assert migrating.acquire(blocking=False)
+    try:
+        child = multiprocessing.get_context("fork").Process(
+            target=_migrate_in_child, args=(str(tmp_path / "child.db"),)
+        )
+        child.start()
+        child.join(timeout=60)
+        if child.is_alive():
+            child.kill()
+            child.join()
+    finally:
+        migrating.release()
+    assert child.exitcode == 0
 
 
 async def test_in_memory_store_is_isolated_and_serialises_transactions() -> None:

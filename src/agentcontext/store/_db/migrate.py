@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -198,8 +199,8 @@ async def run_in_write_transaction(engine: AsyncEngine, fn: Callable[[Connection
     if turn is None:
         turn = _TURNS.setdefault(loop, asyncio.Lock())
     async with turn:
-        pause = 0.001
-        while not _MIGRATING.acquire(blocking=False):
+        migrating, pause = _MIGRATING, 0.001
+        while not migrating.acquire(blocking=False):
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.02)
         try:
@@ -208,7 +209,7 @@ async def run_in_write_transaction(engine: AsyncEngine, fn: Callable[[Connection
                 async with conn.begin():
                     return await conn.run_sync(fn)
         finally:
-            _MIGRATING.release()
+            migrating.release()
 
 
 _TURNS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
@@ -218,6 +219,16 @@ _TURNS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
 
 _MIGRATING = threading.Lock()
 """Held by the one `run_in_write_transaction` running in the process."""
+
+
+def _fork_unlocked() -> None:
+    # A process forked while a thread of its parent migrated has no such thread: its lock
+    # would stay held for ever.
+    global _MIGRATING
+    _MIGRATING = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fork_unlocked)
 
 
 async def run_with_new_engine(
