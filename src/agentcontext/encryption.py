@@ -313,9 +313,9 @@ class LocalKeyProvider:
         return count
 
     async def aclose(self) -> None:
-        """Close the keyring's connections and forget the unwrapped keys. The connections
-        opened in another event loop than this one are dropped unclosed (SQLite's are
-        closed: they belong to no loop)."""
+        """Close the keyring's connections and forget the unwrapped keys. Those opened in
+        another event loop than this one cannot be closed from here: they are dropped, and
+        closed as they are collected."""
         self._cache.clear()
         loop = asyncio.get_running_loop()
         with self._handing:
@@ -325,8 +325,7 @@ class LocalKeyProvider:
         if spare is not None:
             await spare.dispose()
         for owner, keyring in keyrings:
-            engine = keyring.engine
-            await engine.dispose(close=owner is loop or engine.dialect.name == "sqlite")
+            await keyring.engine.dispose(close=owner is loop)
 
     async def __aenter__(self) -> LocalKeyProvider:
         return self
