@@ -38,6 +38,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    inspect,
     select,
     update,
 )
@@ -348,9 +349,19 @@ class LocalKeyProvider:
                     async with keyring.engine.begin() as conn:
                         await conn.run_sync(_metadata.create_all)
                 except SQLAlchemyError as exc:
-                    raise self._failed(exc) from exc
+                    # Made meanwhile by another process, or a thread with a loop of its own
+                    # ("already exists"): the table is there all the same.
+                    if not await self._has_table(keyring.engine):
+                        raise self._failed(exc) from exc
                 self._ready = True
         return keyring.engine
+
+    async def _has_table(self, engine: AsyncEngine) -> bool:
+        try:
+            async with engine.connect() as conn:
+                return bool(await conn.run_sync(lambda sync: inspect(sync).has_table(_KEYS.name)))
+        except SQLAlchemyError:
+            return False
 
     def _keyring(self) -> _Keyring:
         """The keyring's engine of the running event loop (made on its first use there)."""

@@ -523,6 +523,27 @@ async def test_first_keys_of_many_users_made_at_once(backend: str, tmp_path: Pat
             assert await provider.get_data_key(users[0]) == renewed
 
 
+async def test_a_new_keyring_opened_by_many_providers_at_once(backend: str, tmp_path: Path) -> None:
+    """Workers starting together on a new keyring (a provider each, as processes have) all
+    create its table: the losers of that race failed with 'table ... already exists'."""
+    with contextlib.ExitStack() as stack:
+        if backend == "sqlite":
+            keyring = str(tmp_path / "new-keyring.db")
+        else:
+            keyring = stack.enter_context(fresh_database(backend, "ackeys"))
+        master = secrets.token_bytes(32)
+        providers = [LocalKeyProvider(master, keyring) for _ in range(6)]
+        try:
+            made = await asyncio.gather(
+                *(p.create_data_key(f"worker-{i}") for i, p in enumerate(providers))
+            )
+            assert len(set(made)) == len(providers)
+            assert await providers[0].get_data_key("worker-5") == made[5]
+        finally:
+            for provider in providers:
+                await provider.aclose()
+
+
 async def test_bad_providers_and_keys_are_refused(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
     with pytest.raises(InvalidTypeError, match="key provider"):
