@@ -24,6 +24,7 @@ import hashlib
 import os
 import secrets
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -57,6 +58,10 @@ __all__ = ["KeyProvider", "LocalKeyProvider", "key_fingerprint"]
 
 KEY_BYTES = 32
 """AES-256: every master key and data key is 32 random bytes."""
+
+KEY_RECHECK_SECONDS = 60.0
+"""An unwrapped key held longer than this is read from the keyring again before it is given
+out: a key another process destroyed (``erase_user``) is not given out for longer."""
 
 _WRAP_AAD = b"agentcontext-data-key\x00"
 
@@ -156,7 +161,7 @@ class LocalKeyProvider:
         if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
             raise InvalidInputError("cache_size must be a positive int")
         self._cache_size = cache_size
-        self._cache: OrderedDict[str, bytes] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
         self._url = _keyring_url(keyring)
         self._spare: AsyncEngine | None = _keyring_engine(self._url)  # (no I/O yet)
         self._engines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Keyring] = (
@@ -205,9 +210,9 @@ class LocalKeyProvider:
         """The data key of ``user_id``, or None (never made, or destroyed)."""
         user_id = _check_user(user_id)
         found = self._cache.get(user_id)
-        if found is not None:
+        if found is not None and time.monotonic() - found[1] <= KEY_RECHECK_SECONDS:
             self._cache.move_to_end(user_id)
-            return found
+            return found[0]
         engine = await self._open()
         row = await self._read(engine, user_id)
         if row is None or row[0] is None:
@@ -415,7 +420,7 @@ class LocalKeyProvider:
             ) from None
 
     def _remember(self, user_id: str, key: bytes) -> bytes:
-        self._cache[user_id] = key
+        self._cache[user_id] = (key, time.monotonic())
         self._cache.move_to_end(user_id)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)

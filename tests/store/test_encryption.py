@@ -20,6 +20,7 @@ import subprocess
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -542,6 +543,43 @@ async def test_a_new_keyring_opened_by_many_providers_at_once(backend: str, tmp_
         finally:
             for provider in providers:
                 await provider.aclose()
+
+
+async def test_a_key_another_process_destroyed_seals_nothing_once_rechecked(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes (a store and a provider each, one database, one keyring): after one
+    erases a user, the other, which held the user's key, seals a new chat of that user under
+    a new key once its held key is due to be asked for again (every minute; half a second
+    here), so that chat stays readable. It was sealed under the destroyed key for as long as
+    the key stayed in memory, and no process could read it."""
+    from agentcontext import encryption
+    from agentcontext.store._rows import sealing
+
+    monkeypatch.setattr(sealing, "WRITE_RECHECK_SECONDS", 0.5)
+    monkeypatch.setattr(encryption, "KEY_RECHECK_SECONDS", 0.5)
+    master, keyring = secrets.token_bytes(32), tmp_path / "shared.db"
+    async with (
+        LocalKeyProvider(master, keyring) as mine,
+        LocalKeyProvider(master, keyring) as theirs,
+        SqlContextStore(store_url, encryption=mine) as serving,
+        SqlContextStore(store_url, encryption=theirs) as erasing,
+    ):
+        engine = ContextEngine(store=serving, chat_id="before", user_id="gone")
+        engine.set(user(f"{PLANT} before"))
+        await engine.save()
+        # Another process: the erasure does not reach the serving store's memory.
+        monkeypatch.setattr(sealing, "_sealers", weakref.WeakSet([erasing._dialect.sealer]))
+        assert (await erasing.erase_user("gone")).keys_destroyed == 1
+        await asyncio.sleep(0.6)
+        engine = ContextEngine(store=serving, chat_id="after", user_id="gone")
+        engine.set(user(f"{PLANT} after"))
+        await engine.save()
+        fresh = ContextEngine(store=erasing, chat_id="after", user_id="gone")
+        assert [m.text for m in (await fresh.resolve()).messages] == [f"{PLANT} after"]
+        assert [hit.message.chat_id for hit in await erasing.search_messages("after", PLANT)] == [
+            "after"
+        ]
 
 
 async def test_bad_providers_and_keys_are_refused(tmp_path: Path) -> None:

@@ -53,6 +53,9 @@ _JSON_PREFIX = '"' + PREFIX
 _JSON_PREFIX_BYTES = _JSON_PREFIX.encode()
 _PREFIX_BYTES = PREFIX.encode()
 _NONCE = 12
+WRITE_RECHECK_SECONDS = 60.0
+"""A key held longer than this is asked for again before it seals anything: another process
+may have destroyed it (``erase_user``); the provider then makes the user a new one."""
 _RECHECK_SECONDS = 1.0
 """A key found missing (or another than a value names) is asked for again after this long:
 another process may have made it meanwhile."""
@@ -207,7 +210,13 @@ class KeyedSealer:
 
     def _writing_key(self, user_id: str) -> _Key:
         entry = self._entry(user_id)
-        if entry is None or entry.key is None:
+        if (
+            entry is None
+            or entry.key is None
+            or time.monotonic() - entry.loaded_at > WRITE_RECHECK_SECONDS
+        ):
+            # (Held that long: asked for again, so that a key another process destroyed
+            # since, erasing the user, seals nothing more.)
             raise KeyNeeded((user_id,), create=True)
         return entry.key
 
@@ -229,7 +238,14 @@ class KeyedSealer:
     async def ensure(self, user_ids: Iterable[str]) -> None:
         """Hold the keys of ``user_ids`` (made if they have none): for rows prepared before
         their unit of work runs."""
-        missing = [u for u in user_ids if (e := self._keys.get(u)) is None or e.key is None]
+        now = time.monotonic()
+        missing = [
+            u
+            for u in user_ids
+            if (e := self._keys.get(u)) is None
+            or e.key is None
+            or now - e.loaded_at > WRITE_RECHECK_SECONDS / 2  # (not stale before it is used)
+        ]
         if missing:
             await self.load(KeyNeeded(missing, create=True))
 
