@@ -59,9 +59,11 @@ __all__ = ["KeyProvider", "LocalKeyProvider", "key_fingerprint"]
 KEY_BYTES = 32
 """AES-256: every master key and data key is 32 random bytes."""
 
-KEY_RECHECK_SECONDS = 60.0
+KEY_RECHECK_SECONDS = 30.0
 """An unwrapped key held longer than this is read from the keyring again before it is given
-out: a key another process destroyed (``erase_user``) is not given out for longer."""
+out: a key another process destroyed (``erase_user``) is not given out for longer (with the
+store's own half minute, `WRITE_RECHECK_SECONDS`, an erasure reaches every process within a
+minute)."""
 
 _WRAP_AAD = b"agentcontext-data-key\x00"
 

@@ -550,7 +550,7 @@ async def test_a_key_another_process_destroyed_seals_nothing_once_rechecked(
 ) -> None:
     """Two processes (a store and a provider each, one database, one keyring): after one
     erases a user, the other, which held the user's key, seals a new chat of that user under
-    a new key once its held key is due to be asked for again (every minute; half a second
+    a new key once its held key is due to be asked for again (every half minute; half a second
     here), so that chat stays readable. It was sealed under the destroyed key for as long as
     the key stayed in memory, and no process could read it."""
     from agentcontext import encryption

@@ -53,7 +53,7 @@ _JSON_PREFIX = '"' + PREFIX
 _JSON_PREFIX_BYTES = _JSON_PREFIX.encode()
 _PREFIX_BYTES = PREFIX.encode()
 _NONCE = 12
-WRITE_RECHECK_SECONDS = 60.0
+WRITE_RECHECK_SECONDS = 30.0
 """A key held longer than this is asked for again before it seals anything: another process
 may have destroyed it (``erase_user``); the provider then makes the user a new one."""
 _RECHECK_SECONDS = 1.0
