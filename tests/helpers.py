@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from agentcontext.store import MessageRecord
@@ -46,3 +49,17 @@ def chain(
         out.append(rec(f"{prefix}{i}", chat_id, parent, f"{prefix} message {i}", role))
         parent = f"{prefix}{i}"
     return out
+
+
+def run_in_threads(
+    target: Callable[[int], object], indices: Iterable[int], seconds: float = 120
+) -> list[threading.Thread]:
+    """Run ``target(index)`` for each index in a daemon thread of its own, all at once, and
+    wait for them together at most ``seconds``: the threads still running then (hung)."""
+    threads = [threading.Thread(target=target, args=(i,), daemon=True) for i in indices]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + seconds
+    for thread in threads:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    return [thread for thread in threads if thread.is_alive()]

@@ -17,8 +17,6 @@ import os
 import secrets
 import shutil
 import subprocess
-import threading
-import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Iterator
@@ -46,7 +44,7 @@ from agentcontext.messages import Message
 from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store import ChatUpdate, MessageRecord, SearchResult, SqlContextStore
 from tests.conftest import fresh_database
-from tests.helpers import chain
+from tests.helpers import chain, run_in_threads
 
 PLANT = "qzvplanted" + secrets.token_hex(4)
 SEARCH_EXAMPLES = int(os.environ.get("AGENTCONTEXT_PARITY_EXAMPLES", "60")) // 4
@@ -478,13 +476,7 @@ def test_one_provider_serves_stores_of_every_event_loop(backend: str, tmp_path: 
             except Exception as exc:  # every failure is reported below
                 results[index] = f"{type(exc).__name__}: {exc}"
 
-        threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(3, 7)]
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 120
-        for thread in threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        assert not [thread for thread in threads if thread.is_alive()], "a job hung"
+        assert not run_in_threads(worker, range(3, 7)), "a job hung"
         for index in range(3, 7):
             found = results[index]
             assert isinstance(found, list), found

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from agentcontext.store import InMemoryContextStore, SqlContextStore
 from agentcontext.store._db import migrate as _migrate
 from agentcontext.store._db.schema import VERSION_TABLE, Base
 from tests.conftest import fresh_database, through_pgbouncer
-from tests.helpers import chain
+from tests.helpers import chain, run_in_threads
 
 ROOT = Path(__file__).resolve().parents[2]
 OWN_TABLES = {"chats", "messages", "branches", "checkpoints"}
@@ -358,13 +357,7 @@ def test_stores_of_new_databases_opened_at_once_in_threads_all_migrate(tmp_path:
         except Exception as exc:  # every failure is reported below
             failures.append(f"{index}: {type(exc).__name__}: {exc}")
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(6)]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + 120
-    for thread in threads:
-        thread.join(timeout=max(0.0, deadline - time.monotonic()))
-    assert not [thread for thread in threads if thread.is_alive()], "a migration hung"
+    assert not run_in_threads(worker, range(6)), "a migration hung"
     assert failures == []
 
     async def chats(index: int) -> list[str]:
