@@ -127,7 +127,10 @@ class Writer:
                 await engine.complete_turn(assistant_text(marker_text(found[0], 2, 2)))
             engine.set(*turn_messages(first_turn(self.run, index), self.rng.choice((2, 3))))
             await engine.save()
-        print(f"ready {self.run}", flush=True)
+        # One write(2) of the whole line: a pipe takes it whole, so a SIGKILL cannot leave
+        # "ready R" without its newline for the server's next reply to run into (print()
+        # writes the text and the newline apart when Python's output is unbuffered).
+        os.write(sys.stdout.fileno(), f"ready {self.run}\n".encode())
 
     async def step(self) -> None:
         engine = self.rng.choice(self.engines)
@@ -203,8 +206,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def _reply(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
+    # One write(2), as the writers' "ready" lines: lines on the shared pipe never interleave.
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
 
 
 def _writer_child(argv: list[str], stderr_path: str) -> None:
