@@ -31,7 +31,6 @@ from agentcontext.store._db import migrate as _migrate
 from agentcontext.store._db.database import Database, Transaction, unit
 from agentcontext.store._db.migrate import MigrateMode
 from agentcontext.store._db.options import StoreOptions, open_database
-from agentcontext.store._db.replicas import parse_token
 from agentcontext.store._memory import (
     DEFAULT_CACHE_BYTES,
     ChainMemory,
@@ -219,7 +218,7 @@ class SqlContextStore(ContextStore):
 
     def read_after(self, chat_id: str, token: str | None) -> None:
         v.check_id(chat_id, "chat_id")
-        position = None if token is None else parse_token(token)
+        position = None if token is None else self.db.dialect.parse_token(token)
         if position is not None and self.db.replicas is not None:
             self.db.replicas.told(chat_id, position)
 

@@ -66,12 +66,13 @@ class StoreOptions:
     of this store (created when missing under ``migrate="auto"``); stores on different schemas
     of one database never see each other's data. One tenant per schema."""
     read_replicas: tuple[Any, ...] = ()
-    """PostgreSQL only: streaming standbys (URLs, or AsyncEngines you own) that serve reads
+    """PostgreSQL's streaming standbys or MariaDB's replicas (URLs, or AsyncEngines you own;
+    MariaDB's primary needs its binary log on) that serve reads
     once they have replayed this store's writes to the chat read; writes, compare-and-swap
     and ``using()`` / ``begin()`` always run on the primary. Engines for URLs are made with
     the same options as the primary's and disposed by ``close()``."""
     replica_wait: float = 0.1
-    """PostgreSQL only: seconds a read waits for a replica to replay this store's writes
+    """With ``read_replicas``: seconds a read waits for a replica to replay this store's writes
     before the primary serves it (0: never wait)."""
     lock_timeout: float = 30.0
     """Seconds a write waits for a chat held by an uncommitted transaction of this process

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
@@ -53,6 +52,7 @@ from sqlalchemy.util import greenlet_spawn
 
 from agentcontext import _validate as v
 from agentcontext.errors import ContextError, InvalidInputError, InvalidTypeError
+from agentcontext.store._db.tokens import format_token, parse_token
 from agentcontext.store._dialects import Dialect, Mode
 from agentcontext.store.records import BranchState, ChatState
 
@@ -98,30 +98,6 @@ PIN_SECONDS = 5.0
 """How long after a task's read its next read stays where that one ran."""
 _UNKNOWN = 2**64
 """The floor after a read of the primary whose position is unknown: the primary serves."""
-
-_TOKEN = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
-
-
-def format_token(position: int) -> str:
-    """A WAL position as a consistency token (PostgreSQL's LSN text, ``"0/16B3748"``)."""
-    return f"{position >> 32:X}/{position & 0xFFFFFFFF:X}"
-
-
-def parse_token(token: object, name: str = "after") -> int:
-    """The WAL position of a consistency token, or `InvalidInputError` saying what to pass."""
-    if not isinstance(token, str):
-        raise InvalidTypeError(
-            f"{name} must be a consistency token (a str from SaveResult.consistency_token), "
-            f"got {v.type_name(token)}"
-        )
-    match = _TOKEN.fullmatch(token)
-    if match is None:
-        shown = token if len(token) <= 40 else token[:40] + "…"
-        raise InvalidInputError(
-            f"{name}={shown!r} is not a consistency token; pass SaveResult.consistency_token "
-            "exactly as a save returned it (like '0/16B3748')"
-        )
-    return (int(match.group(1), 16) << 32) | int(match.group(2), 16)
 
 
 class _NoAnswer(Exception):
@@ -276,7 +252,7 @@ class Replicas:
         if chat_id in self._pending or self._pending_anon:
             return None
         floor = max(self._floors.get(chat_id, 0), self._anon)
-        return format_token(floor) if floor else None
+        return self.dialect.format_token(floor) if floor else None
 
     def learn(self, result: object) -> None:
         """Note which chat a branch belongs to, from a state read."""
@@ -338,9 +314,10 @@ class Replicas:
                 ahead.append((chat_id, position))
         if ahead and primary is not None:
             chat_id, position = ahead[0]
+            token, at = self.dialect.format_token(position), self.dialect.format_token(primary)
             raise InvalidInputError(
-                f"the consistency token {format_token(position)} given for chat {chat_id!r} "
-                f"is ahead of the primary database's log (at {format_token(primary)}): it was "
+                f"the consistency token {token} given for chat {chat_id!r} "
+                f"is ahead of the primary database's log (at {at}): it was "
                 "not issued by this database. Pass SaveResult.consistency_token exactly as a "
                 "save of this database returned it, or no token"
             )
@@ -471,14 +448,15 @@ class Replicas:
             await asyncio.sleep(min(delay, deadline - now))
             delay = min(delay * 2, 0.05)
         now = loop.time()
+        wanted = self.dialect.format_token(floor)
         for replica in live:
             replica.behind_until = now + self.lag_seconds
             self._warn(
                 replica,
                 "lagging",
-                f"had not replayed position {format_token(floor)} after {self.wait:g} s "
-                f"(at {format_token(replica.position)}); reads it has not replayed go to the "
-                f"primary without waiting for {self.lag_seconds:g} s",
+                f"had not replayed position {wanted} after {self.wait:g} s "
+                f"(at {self.dialect.format_token(replica.position)}); reads it has not "
+                f"replayed go to the primary without waiting for {self.lag_seconds:g} s",
             )
         return None
 

@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentcontext._validate import loads
 from agentcontext.errors import ContextError, InvalidInputError
+from agentcontext.store._db import tokens
 from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
 from agentcontext.store._rows.codec import MessageRow
@@ -211,6 +212,15 @@ class Dialect(abc.ABC):
         """How far the replica ``conn`` reaches has replayed the primary's log; None when it
         is not a replica."""
         return None
+
+    def format_token(self, position: int) -> str:
+        """A position of the primary's log as a consistency token (PostgreSQL's LSN text)."""
+        return tokens.format_token(position)
+
+    def parse_token(self, token: object, name: str = "after") -> int:
+        """The position a consistency token names, or `InvalidInputError` (`InvalidTypeError`)
+        saying what to pass."""
+        return tokens.parse_token(token, name)
 
     # --- values ------------------------------------------------------------------------------
 

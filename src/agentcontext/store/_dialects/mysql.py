@@ -27,7 +27,9 @@ What these servers make different, all of it here:
   reads it on each connection, says once if it is too small for the largest message a store
   takes (`PACKET_NEEDED`), and refuses a message that does not fit with the setting to raise.
 - ``schema=`` names a database on the same server (created when missing under
-  ``migrate="auto"``). Read replicas are PostgreSQL's: refused here.
+  ``migrate="auto"``).
+- **Read replicas** (MariaDB): positions are the sequence numbers of the primary's GTIDs and
+  tokens the GTIDs themselves (``mysql_replicas``); MySQL refuses ``read_replicas=``.
 """
 
 from __future__ import annotations
@@ -86,6 +88,14 @@ from agentcontext.store._dialects.base import (
     candidate_columns,
     orig,
 )
+from agentcontext.store._dialects.mysql_replicas import (
+    Domain,
+    check_primary,
+    format_token,
+    parse_token,
+    replay_position,
+    write_position,
+)
 from agentcontext.store._dialects.mysql_search import (
     QUERY_TERMS,
     TERMS,
@@ -97,6 +107,7 @@ from agentcontext.store._dialects.mysql_search import (
     unindex,
     unpack_terms,
 )
+from agentcontext.store._dialects.mysql_session import COMMITTED, install_hooks, reset
 from agentcontext.store._rows.decode import damaged_time
 from agentcontext.store._rows.terms import ScopedTerms
 
@@ -146,7 +157,9 @@ class MySQLDialect(Dialect):
     title = "MariaDB/MySQL"
     driver = "asyncmy"
     drivers = ("asyncmy", "aiomysql")
-    options = frozenset({"connect_timeout", "command_timeout", "schema"})
+    options = frozenset(
+        {"connect_timeout", "command_timeout", "schema", "read_replicas", "replica_wait"}
+    )
     first_revision = "0011"  # the schema as it was then, made at once
     append_chunk = 500
     atomic_append = True  # a statement that commits itself (MariaDB), or a unit that commits
@@ -162,8 +175,12 @@ class MySQLDialect(Dialect):
     """Whether an append on MariaDB is one compound statement (`_append_compound`); MySQL
     has none and runs its statements one by one (as MariaDB does with this off)."""
 
-    def __init__(self, *, schema: str | None = None) -> None:
+    def __init__(self, *, schema: str | None = None, replicas: bool = False) -> None:
         self.schema = schema
+        self.replicas = replicas
+        """Whether the store has read replicas (`check_primary` at open)."""
+        self.domain = Domain()
+        """The primary's replication domain (positions and tokens: ``mysql_replicas``)."""
 
     # --- engine -----------------------------------------------------------------------------
 
@@ -177,24 +194,17 @@ class MySQLDialect(Dialect):
             )
 
     @classmethod
-    def refuse(cls, names: list[str], other: type[Dialect]) -> InvalidInputError:
-        if "read_replicas" in names or "replica_wait" in names:
-            return InvalidInputError(
-                "read_replicas= sends reads to PostgreSQL streaming standbys, with a "
-                "read-your-writes guarantee built on PostgreSQL's WAL positions; a MariaDB/MySQL "
-                "store has no such guarantee to offer: drop read_replicas= (reads and writes go "
-                "to the server of the URL)"
-            )
-        return super().refuse(names, other)
-
-    @classmethod
     def from_url(cls, url: URL, options: EngineOptions) -> MySQLDialect:
-        return MySQLDialect(schema=options.schema)
+        return MySQLDialect(
+            schema=options.schema, replicas="read_replicas" in options.changed_options
+        )
 
     @classmethod
     def from_engine(cls, engine: AsyncEngine, options: EngineOptions) -> MySQLDialect:
         install_hooks(engine, None)
-        return MySQLDialect(schema=options.schema)
+        return MySQLDialect(
+            schema=options.schema, replicas="read_replicas" in options.changed_options
+        )
 
     def make_engine(self, url: URL, options: EngineOptions, kwargs: dict[str, Any]) -> AsyncEngine:
         connect_args = dict(kwargs.pop("connect_args", None) or {})
@@ -207,11 +217,11 @@ class MySQLDialect(Dialect):
         # (`prepare` asks for one where a call reads several times).
         kwargs.setdefault("isolation_level", "READ COMMITTED")
         # A connection back in the pool is rolled back only when the server says it is in a
-        # transaction (`_reset`): after a commit that is a round trip saved on every write.
+        # transaction (`reset`): after a commit that is a round trip saved on every write.
         kwargs.setdefault("pool_reset_on_return", None)
         engine = create_async_engine(url, connect_args=connect_args, **kwargs)
         if kwargs["pool_reset_on_return"] is None:
-            event.listen(engine.sync_engine, "reset", _reset)
+            event.listen(engine.sync_engine, "reset", reset)
         install_hooks(engine, options.command_timeout)
         return engine
 
@@ -221,6 +231,8 @@ class MySQLDialect(Dialect):
             conn.execution_options(isolation_level="REPEATABLE READ")
 
     def on_open(self, conn: Connection) -> None:
+        if self.replicas:
+            check_primary(conn)
         packet = int(conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar_one())
         if packet < PACKET_NEEDED:
             _log.warning(
@@ -240,6 +252,20 @@ class MySQLDialect(Dialect):
             "SELECT @@hostname, @@port, @@datadir, DATABASE()"
         ).one()  # fmt: skip
         return ("mysql", *row)
+
+    # --- read replicas (MariaDB's GTIDs: ``mysql_replicas``) ----------------------------------
+
+    def write_position(self, conn: Connection) -> int | None:
+        return write_position(conn, self.domain)
+
+    def replay_position(self, conn: Connection) -> int | None:
+        return replay_position(conn, self.domain)
+
+    def format_token(self, position: int) -> str:
+        return format_token(position, self.domain)
+
+    def parse_token(self, token: object, name: str = "after") -> int:
+        return parse_token(token, self.domain, name)
 
     # --- values ------------------------------------------------------------------------------
 
@@ -509,7 +535,7 @@ class MySQLDialect(Dialect):
                 raise AppendRefused("exists") from None
             raise
         if commit:
-            conn.info[_COMMITTED] = True
+            conn.info[COMMITTED] = True
         return version
 
     def _names(self, conn: Connection) -> dict[str, str]:
@@ -740,45 +766,6 @@ def _check_packet(conn: Connection, texts: Sequence[str | bytes | None]) -> None
 _VERSION = Table(VERSION_TABLE, MetaData(), Column("version_num", String(32), primary_key=True))
 """Alembic's version table, as Alembic makes it (but for its primary key's name)."""
 
-_IN_TRANSACTION = 1
-"""The server's status flag SERVER_STATUS_IN_TRANS, as the drivers keep it."""
-_COMMITTED = "agentcontext_committed"
-"""A connection's ``info`` key: its last statement committed the transaction itself (a
-compound append), so that SQLAlchemy's rollback when the connection closes is skipped."""
-
-
-def _skip_committed(do_rollback: Any) -> Any:
-    """The dialect's rollback, skipped right after a statement that committed the transaction
-    itself, when the server's last status says no transaction is open (a round trip saved on
-    every save)."""
-
-    def rollback(dbapi_connection: Any) -> None:
-        try:
-            info = dbapi_connection.info  # (the pool's connection: its record's info)
-        except (AttributeError, NotImplementedError):
-            info = None  # (a connection being set up)
-        if isinstance(info, dict) and info.pop(_COMMITTED, False):
-            driver = getattr(dbapi_connection, "driver_connection", None)
-            status = getattr(driver, "server_status", None)
-            if isinstance(status, int) and not status & _IN_TRANSACTION:
-                return
-        do_rollback(dbapi_connection)
-
-    return rollback
-
-
-def _reset(dbapi_connection: Any, record: Any, reset_state: Any) -> None:
-    """Reset a connection returned to the pool: a rollback unless the server's last status
-    says no transaction is open (an unknown status is rolled back)."""
-    record.info.pop(_COMMITTED, None)
-    if reset_state.terminate_only:
-        return
-    driver = getattr(dbapi_connection, "driver_connection", None)
-    status = getattr(driver, "server_status", None)
-    if not isinstance(status, int) or status & _IN_TRANSACTION:
-        dbapi_connection.rollback()
-
-
 _UNHEX_TERMS = func.unhex(bindparam("terms_hex", type_=Text), type_=LargeBinary)
 """A message's ``search_hashes`` from `terms_hex` (the parameter ``terms_hex``)."""
 _INSERT_MESSAGES = mysql.insert(M).values(
@@ -794,46 +781,3 @@ _LOCK_FOR_APPEND = (
     .with_for_update()
 )
 """The rows of an append (run for many rows at once: one multi-row statement)."""
-
-
-def install_hooks(engine: AsyncEngine, command_timeout: float | None) -> None:
-    """Set every new connection of ``engine`` up for the store (once per engine): UTC session
-    time, strict SQL mode, recursive walks of any length, the statement timeout, and what the
-    server allows in one statement (read into the connection's ``info``)."""
-    sync_engine = engine.sync_engine
-    if sync_engine.__dict__.get("_agentcontext_hooks"):
-        return
-    sync_engine.__dict__["_agentcontext_hooks"] = True
-    dialect = sync_engine.dialect
-    dialect.do_rollback = _skip_committed(dialect.do_rollback)  # type: ignore[method-assign]
-
-    @event.listens_for(sync_engine, "connect")
-    def _on_connect(dbapi_connection: Any, record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute("SELECT VERSION(), @@max_allowed_packet")
-            version, packet = cursor.fetchone()
-            record.info["max_allowed_packet"] = int(packet)
-            mariadb = "mariadb" in str(version).lower()
-            timeout = 0.0 if command_timeout is None else float(command_timeout)
-            if mariadb:
-                cursor.execute(_MARIADB_SESSION, (timeout,))
-            else:
-                cursor.execute(_MYSQL_SESSION, (int(timeout * 1000),))
-        finally:
-            cursor.close()
-
-
-_MARIADB_SESSION = (
-    "SET SESSION time_zone = '+00:00', "
-    "sql_mode = CONCAT(@@sql_mode, ',STRICT_TRANS_TABLES,NO_ZERO_DATE'), "
-    "max_recursive_iterations = 4294967295, max_statement_time = %s"
-)
-"""A MariaDB connection's settings: UTC, strict, recursive walks of any length, the
-statement timeout in seconds (0: none)."""
-_MYSQL_SESSION = (
-    "SET SESSION time_zone = '+00:00', "
-    "sql_mode = CONCAT(@@sql_mode, ',STRICT_TRANS_TABLES,NO_ZERO_DATE'), "
-    "cte_max_recursion_depth = 4294967295, max_execution_time = %s"
-)
-"""A MySQL connection's: the same, the timeout in milliseconds (of reads; 0: none)."""
