@@ -153,8 +153,8 @@ async def _check_sealed(
                 replayed = await engine.replay(record.id)
                 assert [m.id for m in replayed.messages][-1] == f"{chat}-19"
         assert await _hits(url, provider) == plain_hits and plain_hits
-    async with SqlContextStore(url) as plain:
-        with pytest.raises(EncryptionError, match="encrypted"):
+    with pytest.raises(EncryptionError, match="encrypted"):
+        async with SqlContextStore(url) as plain:  # refused at open: no text in the clear
             await plain.get_messages("chat-0001")
 
 

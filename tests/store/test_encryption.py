@@ -22,6 +22,7 @@ import weakref
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -310,8 +311,12 @@ async def test_erasure_destroys_the_key_so_a_backup_cannot_be_read(
         with pytest.raises(EncryptionError, match="alice") as caught:
             await store.get_messages("c-alice")
         assert caught.value.key_id == "alice" and "destroyed" in str(caught.value)
-        with pytest.raises(EncryptionError):
-            await store.list_chats()  # alice's title is in the list
+        # alice's chat is listed, as a damaged row (no title), and hides nobody else's.
+        listed = {chat.id: chat for chat in await store.list_chats()}
+        assert sorted(listed) == ["c-alice", "c-bob"]
+        assert listed["c-alice"].title is None
+        assert listed["c-alice"].damaged is not None and "destroyed" in listed["c-alice"].damaged
+        assert listed["c-bob"].title == "bob's chat" and listed["c-bob"].damaged is None
         assert [r.data["parts"][0]["text"] for r in await store.get_messages("c-bob")] == [
             "secret of bob"
         ]
@@ -378,13 +383,21 @@ async def test_without_the_provider_or_with_a_wrong_master_key_nothing_reads(
         engine = ContextEngine(store=store, chat_id="c1", user_id="u1")
         engine.set(user("hidden text"))
         await engine.save()
-    async with SqlContextStore(url) as plain:
+    # Without a provider the database is refused when the store opens, before it could
+    # write text in the clear beside the sealed rows (a new chat reads nothing sealed).
+    plain = SqlContextStore(url)
+    for call in (
+        lambda: plain.get_messages("c1"),
+        lambda: plain.get_chat("c1"),
+        lambda: plain.create_chat("new", user_id="u2", title="in the clear"),
+        lambda: ContextEngine(store=plain, chat_id="c2", user_id="u1").resolve(),
+    ):
         with pytest.raises(EncryptionError, match="encryption="):
-            await plain.get_messages("c1")
-        with pytest.raises(EncryptionError, match="encryption="):
-            await plain.get_chat("c1")
-        with pytest.raises(EncryptionError):
-            await ContextEngine(store=plain, chat_id="c1", user_id="u1").resolve()
+            await call()
+    await plain.close()
+    async with SqlContextStore(url, encryption=provider) as store:
+        assert [chat.id for chat in await store.list_chats()] == ["c1"]
+    assert b"in the clear" not in (tmp_path / "data.db").read_bytes()
     wrong = LocalKeyProvider(secrets.token_bytes(32), tmp_path / "keyring.db")
     async with wrong, SqlContextStore(url, encryption=wrong) as store:
         with pytest.raises(EncryptionError, match="another master key"):
@@ -699,8 +712,8 @@ async def test_a_plain_store_does_not_read_sealed_blobs_as_content(
         draft.add_snippet("label", f"content {PLANT}")
         stored = await engine.snapshot(draft)
     assert stored.id is not None
-    async with SqlContextStore(url) as plain:
-        with pytest.raises(EncryptionError, match="key provider"):
+    with pytest.raises(EncryptionError, match="key provider"):
+        async with SqlContextStore(url) as plain:
             await plain.get_snapshot(stored.id, with_content=True)
     assert PLANT.encode() not in (tmp_path / "data.db").read_bytes()
 
@@ -737,3 +750,100 @@ async def test_a_chat_created_again_for_another_user_is_searched_under_its_new_o
             hits = await store.search_messages("shared", "apple")
             assert [h.message.id for h in hits] == ["bob-1"]
         assert await first.search_user_messages("alice", "apple") == []
+
+
+class _SavingAtDestroy(LocalKeyProvider):
+    """Runs ``at_destroy`` once, as the key of a user is destroyed: a save of another store
+    committing just before the erasure destroys the key (it holds the key, and sealed under
+    it)."""
+
+    at_destroy: Any = None
+
+    async def destroy_data_key(self, user_id: str) -> bool:
+        hook, self.at_destroy = self.at_destroy, None
+        if hook is not None:
+            await hook()
+        return await super().destroy_data_key(user_id)
+
+
+async def test_chats_saved_while_a_user_is_erased_do_not_outlive_the_key(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A chat of the user saved while ``erase_user`` runs (by another store of the process, or
+    by this one) is deleted too, or refused: none is left behind sealed under the destroyed
+    key, unreadable, and ``list_chats`` lists nothing damaged. Before, such a chat stayed."""
+    async with (
+        _SavingAtDestroy(secrets.token_bytes(32), tmp_path / "keyring.db") as provider,
+        SqlContextStore(store_url, encryption=provider) as store,
+        SqlContextStore(store_url, encryption=provider) as other,
+    ):
+        for chat_id, who in (("old", "alice"), ("warm", "alice"), ("b", "bob")):
+            engine = ContextEngine(store=other if chat_id == "warm" else store, chat_id=chat_id,
+                                   user_id=who)  # fmt: skip
+            engine.set(user(f"secret of {who}"))
+            await engine.save()
+
+        async def late_save() -> None:
+            engine = ContextEngine(store=other, chat_id="late", user_id="alice")
+            engine.set(user("the end of a reply"))
+            await engine.save()
+
+        provider.at_destroy = late_save
+        stop = asyncio.Event()
+        refused: list[str] = []
+
+        async def writer() -> None:  # this store's own saves meanwhile: refused, or deleted
+            turn = 0
+            while not stop.is_set():
+                turn += 1
+                engine = ContextEngine(store=store, chat_id=f"mine-{turn}", user_id="alice")
+                engine.set(user("typing"))
+                try:
+                    await engine.save()
+                except EncryptionError as exc:
+                    refused.append(str(exc))
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(writer())
+        await asyncio.sleep(0.01)
+        report = await store.erase_user("alice")
+        stop.set()
+        await task
+        assert "late" in report.chat_ids and "old" in report.chat_ids
+        assert report.keys_destroyed >= 1
+        assert all("being erased" in reason for reason in refused)
+        for reader in (store, other):
+            chats = await reader.list_chats()
+            assert not [chat.id for chat in chats if chat.damaged], "a chat outlived its key"
+            assert "b" in [chat.id for chat in chats]
+            for chat in chats:  # alice's chats saved after the erasure, under a new key
+                assert await reader.get_messages(chat.id)
+        assert not {"old", "warm", "late"} & {chat.id for chat in await store.list_chats()}
+
+
+async def test_a_list_of_more_users_than_the_store_keeps_keys_of(
+    tmp_path: Path, provider: LocalKeyProvider
+) -> None:
+    """A store keeps the keys of 10 000 users; a call reading more users' rows than that at
+    once (``list_chats()`` of a large deployment, a retention batch) keeps them all while it
+    runs. Before, it evicted some as it loaded the rest and gave up after four tries."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+    async with SqlContextStore(url, encryption=provider) as store:
+        for n in range(7):
+            await store.create_chat(f"c{n}", user_id=f"user{n}", title=f"title {n}")
+        sealer = store._dialect.sealer
+        sealer._cache_keys = 3  # type: ignore[union-attr]  # (10 000 in a real store)
+        sealer.forget("user0")  # some held, some not
+        listed = await store.list_chats()
+        assert sorted(chat.title or "" for chat in listed) == [f"title {n}" for n in range(7)]
+        assert len(await store.list_chats(limit=2)) == 2
+
+
+async def test_read_blob_of_a_hash_that_names_no_blob_in_an_encrypted_store(
+    tmp_path: Path, provider: LocalKeyProvider
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+    async with SqlContextStore(url, encryption=provider) as store:
+        await store.create_chat("c1", user_id="u1")
+        for blob in ("zz", "abc", "0" * 63, "G" * 64, "A" * 64, "0" * 128):
+            assert await store.read_blob(blob, chat_id="c1") is None

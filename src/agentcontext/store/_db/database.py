@@ -187,8 +187,13 @@ class Database:
             if self._ready:
                 return
             await self._prepare(self)
-            await self._run_unit("read", self.dialect.on_open, False)
+            await self._run_unit("read", self._opened, False)
             self._ready = True
+
+    def _opened(self, conn: Connection) -> None:
+        """The dialect's checks of a database a store first uses."""
+        self.dialect.on_open(conn)
+        self.dialect.check_sealing(conn)
 
     # --- units of work ----------------------------------------------------------------------
 

@@ -188,6 +188,18 @@ class Dialect(abc.ABC):
         """Once, when a store first uses the database: check the server's settings (log what
         should change; refuse only what cannot work)."""
 
+    def check_sealing(self, conn: Connection) -> None:
+        """Once, when a store first uses the database: a store without a key provider refuses
+        (`EncryptionError`) a database whose newest message is sealed, before it writes any
+        text there in the clear (an encrypted store's rows are all sealed)."""
+        if self.sealer.encrypted:
+            return
+        newest = conn.execute(
+            select(M.c.chat_id, M.c.id, self.raw_json(M.c.data)).order_by(M.c.seq.desc()).limit(1)
+        ).first()
+        if newest is not None:
+            self.sealer.open_json(newest[2], M.name, newest[0], newest[1])
+
     def is_transient(self, exc: BaseException) -> bool:
         """Whether a failed unit of work may simply run again: the server rolled it back to
         break a deadlock, or it waited too long for a row lock (a lost race)."""

@@ -35,7 +35,7 @@ from agentcontext.store._dialects import Dialect
 from agentcontext.store._rows import decode as _rows
 from agentcontext.store._rows.checks import new_id
 from agentcontext.store._rows.codec import chat_values, open_chat_row
-from agentcontext.store._rows.sealing import is_sealed
+from agentcontext.store._rows.sealing import KeyNotHeld, is_sealed
 from agentcontext.store.records import (
     PURGED,
     Chat,
@@ -283,9 +283,9 @@ def list_chats(
 ) -> list[ChatInfo]:
     """Run a `list_query`. A chat row that cannot be decoded is listed with
     ``ChatInfo.damaged`` saying what is wrong (and logged), so one damaged row never hides the
-    others. With ``sealed_ok`` (what a deletion reports), so is a chat whose title and
-    metadata cannot be opened (its owner's data key was destroyed) instead of raising
-    `EncryptionError`."""
+    others; so is a chat whose title and metadata are sealed under a key the provider does
+    not hold (its owner was erased). With ``sealed_ok`` (what a deletion reports), so is one
+    whose key cannot be had at all, instead of raising `EncryptionError`."""
     infos = []
     rows = conn.execute(query).all()
     if dialect.sealer.encrypted:
@@ -296,6 +296,9 @@ def list_chats(
             fields = {**_rows.chat(open_chat_row(dialect, row)).__dict__, **counts, "damaged": None}
             infos.append(_rows.build(ChatInfo, fields))
         except CorruptDataError as exc:
+            _log.warning("%s", exc)
+            infos.append(_damaged_info(row, counts, str(exc)))
+        except KeyNotHeld as exc:  # (a restored backup's chat of an erased user, say)
             _log.warning("%s", exc)
             infos.append(_damaged_info(row, counts, str(exc)))
         except EncryptionError as exc:

@@ -329,17 +329,35 @@ async def erase_user(
     """Delete every chat of ``user_id`` with all its rows, and the blobs only they used; in an
     encrypted store, then destroy the user's data key (every copy of their rows, backups
     included, is unreadable from then on). The key goes last: deleting an SQLite row reads its
-    text to take its search terms out."""
-    chats, counts = await delete_matching(db, dialect, None, user_id, progress)
-    ids = [chat.id for chat in reversed(chats)]  # oldest activity first
-    destroyed = await dialect.sealer.destroy(user_id)
+    text to take its search terms out. Chats saved while it ran are looked for again, and
+    deleted, once the key is gone."""
+    with dialect.sealer.erasing(user_id):  # this store seals nothing of theirs meanwhile
+        chats, counts = await delete_matching(db, dialect, None, user_id, progress)
+        ids = [chat.id for chat in reversed(chats)]  # oldest activity first
+        destroyed = int(await dialect.sealer.destroy(user_id))
+        # A chat of the user saved while the deletion ran (the end of a reply as the erasure
+        # was asked for; another store's) was not in its list, and was sealed under the key
+        # just destroyed: no one could read it. Deleted too, with any key made for it
+        # meanwhile, until none is found.
+        for _ in range(_LATE_PASSES):
+            late, more = await delete_matching(db, dialect, None, user_id)
+            if not late:
+                break
+            ids += [chat.id for chat in reversed(late)]
+            for table, count in more.items():
+                counts[table] += count
+            destroyed += int(await dialect.sealer.destroy(user_id))
     return ErasureReport(
         user_id=user_id,
         chat_ids=ids,
         deleted=counts,
         erased_at=utcnow(),
-        keys_destroyed=int(destroyed),
+        keys_destroyed=destroyed,
     )
+
+
+_LATE_PASSES = 3
+"""Passes of `erase_user` after the key is destroyed, for chats saved while it ran."""
 
 
 # --- purging a chat's unreachable history -----------------------------------------------------

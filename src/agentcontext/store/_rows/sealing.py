@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
@@ -40,6 +41,7 @@ __all__ = [
     "is_sealed",
     "is_sealed_json",
     "KeyNeeded",
+    "KeyNotHeld",
     "KeyedSealer",
     "PlainSealer",
     "Sealer",
@@ -64,10 +66,17 @@ another process may have made it meanwhile."""
 class KeyNeeded(Exception):
     """A unit of work needs data keys the sealer does not hold: fetch them, run it again."""
 
-    def __init__(self, user_ids: Iterable[str], *, create: bool) -> None:
+    def __init__(self, user_ids: Iterable[str], *, create: bool, wanted: int = 0) -> None:
         self.user_ids = frozenset(user_ids)
         self.create = create
+        self.wanted = max(wanted, len(self.user_ids))
+        """How many keys the unit needs at once, those held included (kept when loading)."""
         super().__init__(f"data keys needed for {sorted(self.user_ids)!r}")
+
+
+class KeyNotHeld(EncryptionError):
+    """A row is sealed under a data key the provider does not hold (destroyed when its user
+    was erased, or replaced): that row cannot be read, and every other row still can."""
 
 
 class PlainSealer:
@@ -140,6 +149,9 @@ class PlainSealer:
     def forget(self, user_id: str) -> None:
         return None
 
+    def erasing(self, user_id: str) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
 
 PLAIN = PlainSealer()
 
@@ -198,6 +210,8 @@ class KeyedSealer:
         """Whether JSON columns take a sealed value as bytes (`Dialect.binary_sealed_json`)."""
         self._cache_keys = cache_keys
         self._keys: OrderedDict[str, _Entry] = OrderedDict()
+        self._erasing: dict[str, int] = {}
+        """Users being erased (`erasing`), with how many erasures of each are running."""
         _sealers.add(self)
 
     # --- keys ------------------------------------------------------------------------------
@@ -208,7 +222,28 @@ class KeyedSealer:
             self._keys.move_to_end(user_id)
         return entry
 
+    @contextlib.contextmanager
+    def erasing(self, user_id: str) -> Iterator[None]:
+        """While ``erase_user`` runs: nothing of ``user_id`` is sealed (no key made or used),
+        so no chat of theirs saved meanwhile by this store outlives their key unreadable."""
+        self._erasing[user_id] = self._erasing.get(user_id, 0) + 1
+        try:
+            yield
+        finally:
+            self._erasing[user_id] -= 1
+            if not self._erasing[user_id]:
+                del self._erasing[user_id]
+
+    def _refuse_erasing(self, user_id: str) -> None:
+        if user_id in self._erasing:
+            raise EncryptionError(
+                f"user {user_id!r} is being erased (erase_user is running in this store): "
+                "nothing of theirs can be written until it returns, and their chats are deleted",
+                key_id=user_id,
+            )
+
     def _writing_key(self, user_id: str) -> _Key:
+        self._refuse_erasing(user_id)
         entry = self._entry(user_id)
         if (
             entry is None
@@ -223,9 +258,12 @@ class KeyedSealer:
     def require(self, user_ids: Iterable[str]) -> None:
         """Raise `KeyNeeded` for those of ``user_ids`` whose key is not held (reads of many
         users' rows ask for all their keys at once)."""
-        missing = {u for u in user_ids if u not in self._keys}
+        wanted = set(user_ids)
+        missing = {u for u in wanted if u not in self._keys}
         if missing:
-            raise KeyNeeded(missing, create=False)
+            for user_id in wanted - missing:
+                self._keys.move_to_end(user_id)  # (needed: the last to be dropped)
+            raise KeyNeeded(missing, create=False, wanted=len(wanted))
 
     def search_key(self, user_id: str) -> bytes | None:
         """The key of ``user_id``'s search terms, or None when the user has no data key (so
@@ -239,6 +277,8 @@ class KeyedSealer:
         """Hold the keys of ``user_ids`` (made if they have none): for rows prepared before
         their unit of work runs."""
         now = time.monotonic()
+        for user_id in self._erasing.keys() & set(user_ids):
+            self._refuse_erasing(user_id)
         missing = [
             u
             for u in user_ids
@@ -268,7 +308,9 @@ class KeyedSealer:
             key = None if raw is None else self._key(user_id, raw)
             self._keys[user_id] = _Entry(key, time.monotonic())
             self._keys.move_to_end(user_id)
-        while len(self._keys) > self._cache_keys:
+        # The keys just loaded stay, however many (a list of more users' chats than the cache
+        # holds needs them all at once: evicting some would make it ask again for ever).
+        while len(self._keys) > max(self._cache_keys, need.wanted):
             self._keys.popitem(last=False)
 
     def _key(self, user_id: str, raw: object) -> _Key:
@@ -538,7 +580,7 @@ class KeyedSealer:
                 raise KeyNeeded((user_id,), create=False)
             state = "was destroyed (the user was erased)" if key is None else "was replaced"
             where = f"of chat {chat_id!r} " if chat_id else ""
-            raise EncryptionError(
+            raise KeyNotHeld(
                 f"row {row_id!r} {where}(table {table.split('.')[0]}) is sealed under a data "
                 f"key of user {user_id!r}"
                 + ("" if fingerprint is None else f" (fingerprint {fingerprint})")
