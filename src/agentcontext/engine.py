@@ -39,6 +39,7 @@ from agentcontext._turns import TURNS as _TURNS  # noqa: F401 (importable here, 
 from agentcontext._turns import TurnTracker, placeholder_fragment, stored_turn, turn_at_head
 from agentcontext._window import ContextWindow
 from agentcontext.errors import (
+    BranchNotFoundError,
     ChatNotFoundError,
     InvalidInputError,
     InvalidTypeError,
@@ -390,7 +391,11 @@ class ContextEngine:
                 await conv.sync()
             await remind(conv, conv.chain, self._pending, self._fragments, ("user",))
             messages = self._pending.messages(conv.chain)
-            result = await save_turn(conv, messages, branch=branch)
+            try:
+                result = await save_turn(conv, messages, branch=branch)
+            except BranchNotFoundError as exc:  # the engine's branch, deleted by another store
+                conv.chain.invalidate()
+                raise conv.deleted_error() from exc
             self._pending.clear()
             return with_consistency_token(self._store, self.chat_id, result)
 
@@ -416,6 +421,11 @@ class ContextEngine:
         if is_lazy_fragment(user_fragment):
             raise InvalidTypeError("begin_turn() takes a user message fragment such as user('...')")
         question = message_of(user_fragment)
+        if question.role != "user":
+            raise InvalidInputError(
+                f"begin_turn() needs a user message such as user('...'), got {question.role!r}; "
+                "queue other messages with set() and save()"
+            )
         placeholder = self._turns.placeholder_for(question, self._pending)
         if not self._pending:
             async with self._session():

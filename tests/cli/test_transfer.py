@@ -134,6 +134,44 @@ def test_import_errors(tmp_path: Path) -> None:
     assert "not an agentcontext chat export" in one_error_line(result)
 
 
+def test_import_of_values_no_backend_stores_exits_2(tmp_path: Path) -> None:
+    """A NUL or a lone surrogate (a JSON escape) in a snapshot or a checkpoint is a malformed
+    export: exit 2, one error line naming the field, nothing written."""
+    source = sqlite_url(tmp_path / "source.db")
+
+    async def build() -> ChatExport:
+        await build_branched_chat(source)
+        async with SqlContextStore(source) as store:
+            context = ContextEngine(store=store, chat_id="trip", user_id="alice")
+            snapshot = ContextSnapshot(summary="seen")
+            snapshot.add_snippet("a note", "some text")
+            await context.snapshot(snapshot)
+            return await store.export_chat("trip")
+
+    exported = asyncio.run(build()).model_dump(mode="json")
+    target = tmp_path / "target.db"
+    cases = [
+        (("snapshots", 0, "summary"), "\ud800", "snapshots[0].summary contains a lone surrogate"),
+        (
+            ("snapshots", 0, "items", 0, "path"),
+            "a\x00b",
+            "snapshots[0].items[0].path contains a NUL",
+        ),
+        (("checkpoints", 0, "branch_id"), "\ud800", "branch_id contains a lone surrogate"),
+    ]
+    for path, value, message in cases:
+        data = json.loads(json.dumps(exported))
+        holder = data
+        for key in path[:-1]:
+            holder = holder[key]
+        holder[path[-1]] = value
+        stdin = json.dumps(data)  # ASCII: the surrogate and the NUL as escapes
+        result = run_cli("--url", sqlite_url(target), "import", "-", cwd=tmp_path, stdin=stdin)
+        assert result.returncode == 2, result.stderr
+        assert message in one_error_line(result)
+        assert not target.exists()
+
+
 def test_export_to_an_unwritable_path(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path / "db.sqlite")
     asyncio.run(build_branched_chat(url))

@@ -169,3 +169,32 @@ async def test_an_engine_on_a_branch_deleted_elsewhere_is_told_so(
     assert await other.delete_branch("side") is True
     with pytest.raises(ChatNotFoundError, match="side"):
         await engine.get_messages()
+
+
+@pytest.mark.parametrize("same_store", [True, False], ids=["same-store", "other-store"])
+async def test_a_save_on_a_branch_deleted_elsewhere_is_told_so(
+    store: SqlContextStore,
+    other_store: SqlContextStore,
+    make_engine: EngineFactory,
+    same_store: bool,
+) -> None:
+    """Even when ``save`` is the first call after the delete (the engine has the chain in
+    hand, so nothing is read before the write)."""
+    engine = make_engine()
+    engine.set(user("q1", id="q1"))
+    await engine.save()
+    await engine.rewind("q1", name="topic")
+    other = make_engine(on=store if same_store else other_store)
+    await other.switch_branch("main")
+    assert await other.delete_branch("topic") is True
+    before = await store.get_messages("c1"), await store.list_branches("c1")
+    engine.set(user("x", id="x"))
+    with pytest.raises(ChatNotFoundError, match=r"'topic'.*create a new engine"):
+        await engine.save()
+    assert [f.id for f in engine.pending] == ["x"]
+    with pytest.raises(ChatNotFoundError, match=r"'topic'.*create a new engine"):
+        await engine.begin_turn(user("y", id="y"))
+    assert [f.id for f in engine.pending] == ["x"]
+    assert (await store.get_messages("c1"), await store.list_branches("c1")) == before
+    with pytest.raises(ChatNotFoundError, match=r"'topic'.*create a new engine"):
+        await engine.get_messages()

@@ -19,6 +19,7 @@ from agentcontext import (
     assistant,
     assistant_text,
     hint,
+    message,
     user,
 )
 from agentcontext.store import SqlContextStore
@@ -99,6 +100,21 @@ async def test_turn_arguments_are_checked(make_engine: EngineFactory) -> None:
     assert engine.pending == []
     await engine.complete_turn(assistant_text("ok"))
     assert texts(await engine.get_messages()) == ["q", "ok"]
+
+
+@pytest.mark.parametrize("role", ["assistant", "system"])
+async def test_begin_turn_takes_only_a_user_message(
+    store: SqlContextStore, make_engine: EngineFactory, role: str
+) -> None:
+    engine = make_engine()
+    engine.set(user("q", id="u1"))
+    await engine.save()
+    engine.set(user("queued", id="u2"))
+    with pytest.raises(InvalidInputError, match=rf"needs a user message.*got {role!r}"):
+        await engine.begin_turn(message("not a question", role=role, id="x"))  # type: ignore[arg-type]
+    assert [f.id for f in engine.pending] == ["u2"]
+    assert [r.id for r in await store.get_messages("c1")] == ["u1"]
+    assert engine.head_message_id == "u1"
 
 
 async def test_a_failed_begin_turn_leaves_queue_and_store_as_they_were(

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agentcontext import ChatExport, ContextEngine, Message, assistant_text, errors, user
+from agentcontext import (
+    ChatExport,
+    ContextEngine,
+    ContextSnapshot,
+    Message,
+    assistant_text,
+    errors,
+    user,
+)
 from agentcontext.store import SqlContextStore
 from agentcontext.store._ops.copy import copy_message_id
 from agentcontext.store.admin import copy_export
@@ -62,6 +73,66 @@ async def test_import_refuses_a_taken_id_and_inconsistent_exports(store: SqlCont
     assert await store.get_chat("c") is None
     with pytest.raises(errors.ChatNotFoundError):
         await store.export_chat("c")
+
+
+def _set(*path: str | int) -> Callable[[dict[str, Any], object], None]:
+    """A setter of the value at ``path`` in an export's JSON form."""
+
+    def assign(data: dict[str, Any], value: object) -> None:
+        target: Any = data
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return assign
+
+
+_CHECKPOINT_BRANCH = _set("checkpoints", 0, "branch_id")
+_SUMMARY = _set("snapshots", 0, "summary")
+_PATH = _set("snapshots", 0, "items", 0, "path")
+_PREVIEW = _set("snapshots", 0, "items", 0, "preview")
+_MEDIA_TYPE = _set("snapshots", 0, "items", 0, "media_type")
+_SIZE = _set("snapshots", 0, "items", 0, "size")
+
+_UNSTORABLE = [
+    (_CHECKPOINT_BRANCH, "x" * 256, "branch_id is 256 characters long"),
+    (_CHECKPOINT_BRANCH, "a\x00b", "branch_id contains a NUL"),
+    (_CHECKPOINT_BRANCH, "\ud800", "branch_id contains a lone surrogate"),
+    (_SUMMARY, "a\x00b", "snapshots[0].summary contains a NUL"),
+    (_SUMMARY, "\ud800", "snapshots[0].summary contains a lone surrogate"),
+    (_PATH, "a\x00b", "snapshots[0].items[0].path contains a NUL"),
+    (_PATH, "\ud800", "snapshots[0].items[0].path contains a lone surrogate"),
+    (_PREVIEW, "a\x00b", "snapshots[0].items[0].preview contains a NUL"),
+    (_PREVIEW, "\ud800", "snapshots[0].items[0].preview contains a lone surrogate"),
+    (_MEDIA_TYPE, "x" * 256, "snapshots[0].items[0].media_type is 256 characters long"),
+    (_MEDIA_TYPE, "a\x00b", "snapshots[0].items[0].media_type contains a NUL"),
+    (_MEDIA_TYPE, "\ud800", "snapshots[0].items[0].media_type contains a lone surrogate"),
+    (_SIZE, 2**63, "snapshots[0].items[0].size must fit in 64 bits"),
+]
+
+
+async def test_import_refuses_values_no_backend_stores(store: SqlContextStore) -> None:
+    """Checkpoint branches and snapshot fields are checked like those of every other write:
+    an `InvalidInputError` naming the field, nothing written, on every backend."""
+    engine = ContextEngine(store=store, chat_id="c", user_id="u")
+    engine.set(user("q", id="q"))
+    await engine.save()
+    await engine.checkpoint("cp")
+    snapshot = ContextSnapshot(summary="seen")
+    snapshot.add_snippet("a note", "some text")
+    await engine.snapshot(snapshot)
+    exported = (await store.export_chat("c")).model_dump(mode="json")
+    await store.delete_chat("c")
+    await store.collect_garbage()
+    for assign, value, message in _UNSTORABLE:
+        data = json.loads(json.dumps(exported))
+        assign(data, value)
+        with pytest.raises(errors.InvalidInputError, match=re.escape(message)):
+            await store.import_chat(ChatExport.model_validate(data))
+        assert await store.get_chat("c") is None
+        assert await store.collect_garbage() == 0  # no blob was written either
+    await store.import_chat(ChatExport.model_validate(exported))  # the export itself is fine
+    assert (await store.export_chat("c")).model_dump(mode="json") == exported
 
 
 # --- one id rule for every copy (copy_chat, import --as) ------------------------------------

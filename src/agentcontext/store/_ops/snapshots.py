@@ -3,6 +3,7 @@ Plain functions of a connection; arguments are checked by the caller."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
@@ -34,6 +35,7 @@ __all__ = [
     "new_record",
     "check_shown",
     "check_snapshot",
+    "check_snapshot_fields",
     "chat_owners",
     "chat_records",
     "chat_snapshots",
@@ -111,6 +113,10 @@ def store_blobs(conn: Connection, dialect: Dialect, blobs: Blobs, chat_id: str |
     put_blobs(conn, dialect, owner, blobs)
 
 
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+"""A blob's hash: the SHA-256 of its content in lowercase hex (`blob_hash`)."""
+
+
 def read_blob(conn: Connection, dialect: Dialect, blob: str, chat_id: str | None) -> bytes | None:
     """The exact bytes stored under a hash, or None. An encrypted store keeps blobs per user:
     ``chat_id`` names the chat whose owner's blob is read."""
@@ -123,6 +129,8 @@ def read_blob(conn: Connection, dialect: Dialect, blob: str, chat_id: str | None
             )
         _chats.require(conn, chat_id)
         owner = chat_owners(conn, dialect, [chat_id]).get(chat_id)
+        if _DIGEST.fullmatch(blob) is None:
+            return None  # no blob has this hash (a SHA-256 is 64 hex digits)
     address = codec.blob_address(dialect, owner, blob, write=False)
     content = conn.scalar(select(BL.c.content).where(BL.c.hash == address))
     return None if content is None else codec.open_blob(dialect, address, content)
@@ -447,16 +455,25 @@ def check_snapshot(snapshot: object) -> dict[str, tuple[bytes, str]]:
             f"snapshot {snapshot.id!r} is stored already and cannot be stored again; "
             "build a new ContextSnapshot"
         )
-    v.check_optional_text(snapshot.summary, "summary")
+    check_snapshot_fields(snapshot)
     for index, item in enumerate(snapshot.items):
-        v.check_text(item.path, f"items[{index}].path")
-        if item.preview is not None:
-            v.check_text(item.preview, f"items[{index}].preview")
         if item.blob is None:
             raise SnapshotError(
                 f"item {index} ({item.path!r}) has no blob; add items with the add_* helpers"
             )
     return check_blobs(snapshot.contents)
+
+
+def check_snapshot_fields(snapshot: ContextSnapshot, where: str = "") -> None:
+    """Check the values a snapshot's rows hold: its summary and each item's path, preview,
+    media type and size. ``where`` prefixes the names in errors (``snapshots[2].``)."""
+    v.check_optional_text(snapshot.summary, f"{where}summary")
+    for index, item in enumerate(snapshot.items):
+        what = f"{where}items[{index}]"
+        v.check_text(item.path, f"{what}.path")
+        v.check_optional_text(item.preview, f"{what}.preview")
+        v.check_id(item.media_type, f"{what}.media_type")
+        v.check_int64(item.size, f"{what}.size", minimum=0)
 
 
 def check_shown(messages: object) -> list[tuple[str, bytes]]:

@@ -129,6 +129,7 @@ def check_export(
     for checkpoint in export.checkpoints:
         v.check_id(checkpoint.id, "checkpoint.id")
         v.check_id(checkpoint.name, "checkpoint.name")
+        v.check_optional_id(checkpoint.branch_id, f"checkpoint {checkpoint.name!r} branch_id")
         _check_time(checkpoint.created_at, f"checkpoint {checkpoint.name!r} created_at")
         if checkpoint.chat_id != chat.id or checkpoint.message_id not in ids:
             raise InvalidGraphError(f"checkpoint {checkpoint.name!r} points at a missing message")
@@ -143,7 +144,7 @@ def check_export(
         raise InvalidInputError("a blob of the export is not valid base64") from None
     held = _snapshots.check_blobs(contents)
     snapshot_ids: set[str] = set()
-    for snapshot in export.snapshots:
+    for position, snapshot in enumerate(export.snapshots):
         if snapshot.id is None or snapshot.created_at is None or snapshot.chat_id != chat.id:
             raise InvalidGraphError("an exported snapshot lacks its id, time or chat")
         v.check_id(snapshot.id, "snapshot.id")
@@ -151,6 +152,7 @@ def check_export(
         if snapshot.id in snapshot_ids:
             raise InvalidGraphError(f"snapshot id {snapshot.id!r} appears twice in the export")
         snapshot_ids.add(snapshot.id)
+        _snapshots.check_snapshot_fields(snapshot, f"snapshots[{position}].")
         if snapshot.message_id is not None and snapshot.message_id not in ids:
             raise InvalidGraphError(f"snapshot {snapshot.id!r} points at a missing message")
         for item in snapshot.items:
