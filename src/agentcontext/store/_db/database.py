@@ -392,7 +392,8 @@ class Database:
                 if note is not None:
                     self._note_position(conn, note)
                 return result
-            transaction = conn.begin()
+            # (The transaction a statement of the dialect's `prepare` began, if it ran one.)
+            transaction = conn.get_transaction() or conn.begin()
             try:
                 result = unit(conn)
             except BaseException:

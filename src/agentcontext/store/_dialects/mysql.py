@@ -227,8 +227,12 @@ class MySQLDialect(Dialect):
 
     def prepare(self, conn: Connection, mode: Mode) -> None:
         if mode == "snapshot":
-            # InnoDB's REPEATABLE READ: the reads of the unit see one snapshot.
-            conn.execution_options(isolation_level="REPEATABLE READ")
+            # InnoDB's REPEATABLE READ for the unit's transaction (begun by its first read):
+            # the reads of the unit see one snapshot. A statement SQLAlchemy runs as any other,
+            # so that a connection the server closed meanwhile is found dead and replaced (an
+            # isolation level set through execution_options reaches the driver unwrapped, and
+            # a dead connection went back to the pool); nothing to reset afterwards either.
+            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 
     def on_open(self, conn: Connection) -> None:
         if self.replicas:
