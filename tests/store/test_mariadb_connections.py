@@ -27,7 +27,7 @@ async def _close_idle_connections(url: str) -> int:
     found = await _my_exec(
         url,
         "SELECT id FROM information_schema.processlist "
-        f"WHERE db = '{database}' AND id <> CONNECTION_ID()",  # noqa: S608 - a test's own name
+        f"WHERE db = '{database}' AND id <> CONNECTION_ID()",
     )
     for (connection_id,) in found:
         await _my_exec(url, f"KILL CONNECTION {int(connection_id)}")
