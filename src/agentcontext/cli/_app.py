@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import os
 import sys
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -22,6 +22,8 @@ from agentcontext.cli._common import (
     EXIT_OUTDATED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    KEY_ENV_DEFAULT,
+    KEYRING_ENV_VAR,
     SCHEMA_ENV_VAR,
     Env,
     Handler,
@@ -104,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--url", metavar="URL", help=URL_HELP)
     parser.add_argument("--schema", metavar="NAME", help=SCHEMA_HELP)
+    _keyring_options(parser)
     parser.add_argument("--version", action="version", version=f"agentcontext {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _demo.register(commands)
@@ -116,6 +119,23 @@ def build_parser() -> argparse.ArgumentParser:
     for sub in commands.choices.values():
         _finish(sub)
     return parser
+
+
+def _keyring_options(parser: argparse.ArgumentParser, default: Any = None) -> None:
+    """``--keyring`` and ``--key-env``: the key provider of an encrypted database."""
+    parser.add_argument(
+        "--keyring",
+        metavar="K",
+        default=default,
+        help=f"an encrypted database's keyring: a SQLite file path or a database URL (else "
+        f"${KEYRING_ENV_VAR}); the master key is read from --key-env",
+    )
+    parser.add_argument(
+        "--key-env",
+        metavar="NAME",
+        default=default,
+        help=f"the environment variable holding the base64 master key (default: {KEY_ENV_DEFAULT})",
+    )
 
 
 def _finish(parser: argparse.ArgumentParser) -> None:
@@ -137,6 +157,8 @@ def _finish(parser: argparse.ArgumentParser) -> None:
             default=argparse.SUPPRESS,
             help=DEMO_SCHEMA_HELP if is_demo else SCHEMA_HELP,
         )
+    if "--keyring" not in parser._option_string_actions:  # (migrate encrypt has its own)
+        _keyring_options(parser, argparse.SUPPRESS)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
@@ -168,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error (argparse exits 2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    env = Env.from_args(args.url, Output(), args.schema)
+    env = Env.from_args(args.url, Output(), args.schema, args.keyring, args.key_env)
     handler = cast(Handler, args.handler)
 
     async def run() -> int:

@@ -35,6 +35,8 @@ __all__ = [
     "EXIT_UNAVAILABLE",
     "EXIT_USAGE",
     "Env",
+    "KEYRING_ENV_VAR",
+    "KEY_ENV_DEFAULT",
     "Handler",
     "SCHEMA_ENV_VAR",
     "exit_code",
@@ -48,6 +50,8 @@ __all__ = [
 DEFAULT_URL = "sqlite+aiosqlite:///agentcontext.db"
 ENV_VAR = "AGENTCONTEXT_URL"
 SCHEMA_ENV_VAR = "AGENTCONTEXT_SCHEMA"
+KEYRING_ENV_VAR = "AGENTCONTEXT_KEYRING"
+KEY_ENV_DEFAULT = "AGENTCONTEXT_MASTER_KEY"
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -108,15 +112,32 @@ class Env:
     ``$AGENTCONTEXT_SCHEMA``), or None for the URL's own."""
     schema_explicit: bool = False
     """True when ``--schema`` was given (so suggested commands must repeat it)."""
+    keyring: str | None = None
+    """The keyring of an encrypted database (``--keyring``, else ``$AGENTCONTEXT_KEYRING``):
+    the stores of the commands are opened with a `LocalKeyProvider` on it. None: no
+    provider."""
+    key_env: str = KEY_ENV_DEFAULT
+    """The environment variable holding the base64 master key of ``keyring``."""
 
     @classmethod
-    def from_args(cls, url: str | None, out: Output, schema: str | None = None) -> Env:
+    def from_args(
+        cls,
+        url: str | None,
+        out: Output,
+        schema: str | None = None,
+        keyring: str | None = None,
+        key_env: str | None = None,
+    ) -> Env:
         url_explicit, schema_explicit = url is not None, schema is not None
         if url is None:
             url = os.environ.get(ENV_VAR) or DEFAULT_URL
         if schema is None:
             schema = os.environ.get(SCHEMA_ENV_VAR) or None
-        return cls(url, url_explicit, out, schema, schema_explicit)
+        if keyring is None:
+            keyring = os.environ.get(KEYRING_ENV_VAR) or None
+        return cls(
+            url, url_explicit, out, schema, schema_explicit, keyring, key_env or KEY_ENV_DEFAULT
+        )
 
     @property
     def shown_url(self) -> str:
@@ -217,16 +238,27 @@ async def open_store(
     SchemaOutdatedError, and a missing SQLite file is not created. Writing commands migrate
     an empty or outdated database to the newest revision first, as the library does. `check`
     runs once the URL is known to be valid and before the database is opened (or created).
+    With a keyring (an encrypted database), the store has a `LocalKeyProvider` on it.
     """
-    store = env.make_store(migrate="auto" if write else False)  # checks the URL and schema
-    with new_file_removed_on_error(env.url):
-        try:
-            if check is not None:
-                check()
-            missing = env.missing_directory() if write else env.missing_database()
-            if missing is not None:
-                raise missing
-            await store.initialize()
-            yield store
-        finally:
-            await store.close()
+    provider = None
+    if env.keyring is not None:  # an encrypted database: its key provider
+        from agentcontext.encryption import LocalKeyProvider
+
+        provider = LocalKeyProvider.from_env(env.key_env, keyring=env.keyring)
+    try:
+        # (The URL and the schema are checked here.)
+        store = env.make_store(migrate="auto" if write else False, encryption=provider)
+        with new_file_removed_on_error(env.url):
+            try:
+                if check is not None:
+                    check()
+                missing = env.missing_directory() if write else env.missing_database()
+                if missing is not None:
+                    raise missing
+                await store.initialize()
+                yield store
+            finally:
+                await store.close()
+    finally:
+        if provider is not None:
+            await provider.aclose()

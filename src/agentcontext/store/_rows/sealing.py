@@ -160,7 +160,7 @@ def _no_provider(table: str, row_id: str) -> EncryptionError:
     return EncryptionError(
         f"the database holds encrypted data (table {table.split('.')[0]}, row {row_id!r}) and "
         "this store has no key provider: open it with SqlContextStore(url, encryption=<the key "
-        "provider the data was written with>)"
+        "provider the data was written with>) (on the command line: --keyring K --key-env NAME)"
     )
 
 

@@ -1,0 +1,77 @@
+"""The command line on an encrypted database: ``--keyring`` and ``--key-env`` (or
+``$AGENTCONTEXT_KEYRING``) give its commands the key provider; without them every command is
+refused with one line saying so, and nothing is written in the clear."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import secrets
+from pathlib import Path
+
+from agentcontext import ContextEngine, LocalKeyProvider, SqlContextStore, assistant_text, user
+from tests.cli.helpers import clean_env, run_cli, sqlite_url
+
+PLANT = "zebracorn" + secrets.token_hex(3)
+
+
+async def _fill(url: str, master: bytes, keyring: Path) -> None:
+    async with (
+        LocalKeyProvider(master, keyring) as provider,
+        SqlContextStore(url, encryption=provider) as store,
+    ):
+        other = ContextEngine(store=store, chat_id="c0", user_id="bob")
+        other.set(user("bob's own words"))
+        await other.save()
+        await store.create_chat("c1", user_id="alice", title="alice's chat")
+        engine = ContextEngine(store=store, chat_id="c1", user_id="alice")
+        engine.set(user(f"tell me about {PLANT}"), assistant_text("a sealed answer"))
+        await engine.save()
+
+
+def test_commands_on_an_encrypted_database_need_its_keyring(tmp_path: Path) -> None:
+    master, keyring = secrets.token_bytes(32), tmp_path / "keyring.db"
+    url = sqlite_url(tmp_path / "data.db")
+    asyncio.run(_fill(url, master, keyring))
+    env = {**clean_env(), "MY_MASTER_KEY": base64.b64encode(master).decode()}
+    keys = ("--keyring", str(keyring), "--key-env", "MY_MASTER_KEY")
+
+    # Without the keyring: one line saying what to pass, never a traceback.
+    refused = run_cli("--url", url, "chats", cwd=tmp_path, env=env)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error: ") and "--keyring" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+    listed = run_cli("--url", url, *keys, "chats", cwd=tmp_path, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "alice's chat" in listed.stdout
+    shown = run_cli("--url", url, "show", "c1", *keys, cwd=tmp_path, env=env)  # after it, too
+    assert shown.returncode == 0, shown.stderr
+    assert PLANT in shown.stdout
+    found = run_cli("--url", url, *keys, "search", "c1", PLANT, cwd=tmp_path, env=env)
+    assert found.returncode == 0, found.stderr
+    assert PLANT in found.stdout
+
+    # The keyring from the environment; an export, then an import as another chat.
+    env_keyring = {**env, "AGENTCONTEXT_KEYRING": str(keyring), "AGENTCONTEXT_MASTER_KEY": env["MY_MASTER_KEY"]}  # fmt: skip
+    export = tmp_path / "c1.json"
+    exported = run_cli(
+        "--url", url, "export", "c1", "-o", str(export), cwd=tmp_path, env=env_keyring
+    )
+    assert exported.returncode == 0, exported.stderr
+    assert json.loads(export.read_text())["chat"]["id"] == "c1"
+    deleted = run_cli("--url", url, "delete", "c1", cwd=tmp_path, env=env_keyring)
+    assert deleted.returncode == 0, deleted.stderr
+    refused = run_cli("--url", url, "import", str(export), cwd=tmp_path, env=env)
+    assert refused.returncode == 1 and "--keyring" in refused.stderr
+    imported = run_cli("--url", url, "import", str(export), cwd=tmp_path, env=env_keyring)
+    assert imported.returncode == 0, imported.stderr
+    raw = b"".join(path.read_bytes() for path in tmp_path.glob("data.db*"))
+    assert PLANT.encode() not in raw, "text in the clear in the encrypted database"
+
+    # A wrong master key is an error too, with nothing read.
+    wrong = {**env, "MY_MASTER_KEY": base64.b64encode(secrets.token_bytes(32)).decode()}
+    failed = run_cli("--url", url, *keys, "show", "c1", cwd=tmp_path, env=wrong)
+    assert failed.returncode == 1 and "master key" in failed.stderr
+    assert PLANT not in failed.stdout
