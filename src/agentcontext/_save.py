@@ -248,7 +248,12 @@ async def _attempt(
                 )
             else:  # new messages only: what almost every save writes
                 result = await store.append_turn(conv.branch.id, records, expected_head=expected)
-        except StoreUnavailableError:
+        except StoreUnavailableError as error:
+            if error.contended:
+                # Lost races (lock waits that timed out, deadlocks) the store already ran
+                # again as often as it does: nothing was written, and another run would only
+                # wait as long again.
+                raise
             # The connection dropped: the write may or may not have committed.
             ambiguous = True
             if attempt >= 2:

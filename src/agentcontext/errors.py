@@ -174,7 +174,19 @@ class StoreError(ContextError):
 
 
 class StoreUnavailableError(StoreError):
-    """The database cannot be reached. The message shows the URL with its password hidden."""
+    """The database cannot be reached, or kept refusing the call over locks other transactions
+    held. The message shows the URL with its password hidden.
+
+    ``contended`` tells the two apart.
+    """
+
+    contended: bool = False
+    """True when the server refused the call because other transactions held what it needed
+    (a row lock waited for past ``innodb_lock_wait_timeout``, deadlocks broken by rolling the
+    call back) and the store had already run it again as often as it does (up to 8 times):
+    nothing was written, and ``save()`` does not run it again itself. False when the database
+    could not be reached or the connection dropped (then ``save()`` tries again a few times
+    before raising, and finds a write whose commit it never heard of)."""
 
 
 class StoreClosedError(StoreError):

@@ -358,7 +358,8 @@ class Database:
                 raise
             except (SQLAlchemyError, OSError, TimeoutError) as exc:
                 if not state.may_retry() or attempt + 1 == TRANSIENT_ATTEMPTS:
-                    raise await self.failed(exc) from exc
+                    error = await self.failed(exc)
+                    raise _contended(error, self.dialect.is_transient(exc)) from exc
                 if self.dialect.is_transient(exc):
                     # Rolled back by the server to break a deadlock, or a lock waited for
                     # too long: a lost race, run again after a moment.
@@ -480,6 +481,15 @@ class Database:
                 f"a number or date is out of the range the database can store ({reason})"
             )
         return StoreError(f"database error on {self.url}: {reason}")
+
+
+def _contended(error: ContextError, transient: bool) -> ContextError:
+    """``error``, marked `StoreUnavailableError.contended` when what it reports is a lost race
+    (a deadlock, a lock wait that timed out) after the unit's runs: no caller should run the
+    unit again at once (a dropped connection is not marked)."""
+    if transient and isinstance(error, StoreUnavailableError):
+        error.contended = True
+    return error
 
 
 class _UnitState:

@@ -75,6 +75,8 @@ WITH touched AS (
     SELECT b.head_message_id, b.head_depth FROM branches AS b, touched
     WHERE b.id = :branch_id AND b.chat_id = :chat_id
     FOR UPDATE OF b
+), present AS (
+    SELECT ln((SELECT count(*) FROM cur)) AS ok FROM touched
 ), guard AS (
     SELECT 1 / (CASE WHEN cur.head_message_id IS NOT DISTINCT FROM CAST(:expected AS VARCHAR)
                      THEN 1 ELSE 0 END) AS ok
@@ -97,7 +99,7 @@ WITH touched AS (
     WHERE branches.id = :branch_id AND (SELECT count(*) FROM ins) = :count
     RETURNING 1
 )
-SELECT (SELECT version FROM touched), (SELECT count(*) FROM moved), (SELECT count(*) FROM cur),
+SELECT (SELECT version FROM touched), (SELECT count(*) FROM moved), (SELECT ok FROM present),
        (SELECT count(*) FROM touched)
 """
 _PG_APPEND = text(_APPEND_SQL)
@@ -105,11 +107,15 @@ _PG_APPEND = text(_APPEND_SQL)
 parts, and with it the lock order every writer follows (the chat row, then the branch row):
 ``touched`` locks the chat and bumps its version and message count (only if it still belongs
 to the user the search terms were made for), ``cur`` locks the branch
-and reads its head and the head's depth, ``guard`` fails the whole statement (division by
-zero, nothing applied) when the head is not the expected one, ``ins`` inserts the messages
-chained below it, ``moved`` moves the head. An existing id breaks the unique index: the
-statement fails too. Each row's search terms come as the text of an ``int4[]`` (`terms_text`),
-cast per row: cheaper, in Python and in the server, than slicing one flat array."""
+and reads its head and the head's depth, ``present`` fails the whole statement (the
+logarithm of zero, nothing applied: the chat's row is left as it was) when the chat was
+touched but its branch is gone (deleted, or of another chat), ``guard`` fails it (division by
+zero) when the head is not the expected one, ``ins`` inserts the messages chained below it,
+``moved`` moves the head. An existing id breaks the unique index: the statement fails too.
+(``present`` is read by the final SELECT, which is what makes PostgreSQL evaluate it: a
+``SELECT`` step runs only as far as something reads it.) Each row's search terms come as the
+text of an ``int4[]`` (`terms_text`), cast per row: cheaper, in Python and in the server,
+than slicing one flat array."""
 
 
 _WRITE_POSITION = "SELECT pg_current_wal_insert_lsn() - CAST('0/0' AS pg_lsn)"
@@ -292,14 +298,17 @@ class PostgresDialect(Dialect):
         try:
             version, moved, _, touched = conn.execute(self._append, params).one()
         except DBAPIError as exc:
-            if sqlstate(exc) == "22012":  # the guard: the head was not the expected one
+            state = sqlstate(exc)
+            if state == "22012":  # the guard: the head was not the expected one
                 raise AppendRefused("moved") from None
+            if state == "2201E":  # present: the chat has no such branch (any more)
+                raise AppendRefused("branch") from None
             if self.is_unique_violation(exc):
                 raise AppendRefused("exists") from None
             raise
         if not touched:
             raise AppendRefused("owner")  # (or the chat is gone: the general path says)
-        if not moved:
+        if not moved:  # (not reached: `present` refuses a missing branch before this)
             raise AppendRefused("branch")
         return int(version)
 
