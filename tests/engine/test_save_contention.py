@@ -137,3 +137,41 @@ async def test_a_save_blocked_by_a_held_row_lock_waits_at_most_8_times(
     finally:
         await holder.dispose()
         await no_wait.dispose()
+
+
+async def test_a_save_on_an_sqlite_file_another_process_holds_waits_one_busy_timeout(
+    tmp_path: Any,
+) -> None:
+    """SQLite: a write lock held by another process (here a connection of its own) past the
+    busy timeout is the same refusal, marked ``contended``: a save waits one
+    ``sqlite_busy_timeout``, not three."""
+    import sqlite3
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'held.db'}"
+    async with SqlContextStore(url, sqlite_busy_timeout=0.2) as store:
+        engine = ContextEngine(store=store, chat_id="c", user_id="u")
+        engine.set(user("first"))
+        await engine.save()
+        other = sqlite3.connect(tmp_path / "held.db", isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # the other process's write, not ending
+            runs = 0
+
+            def count(*_args: Any) -> None:
+                nonlocal runs
+                runs += 1
+
+            event.listen(store.engine.sync_engine, "handle_error", count)
+            engine.set(user("second"))
+            with pytest.raises(StoreUnavailableError, match="busy timeout") as caught:
+                await engine.save()
+            event.remove(store.engine.sync_engine, "handle_error", count)
+            assert caught.value.contended
+            assert runs >= 1
+            assert len(engine.pending) == 1  # nothing lost
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        await engine.save()
+        fresh = ContextEngine(store=store, chat_id="c", user_id="u")
+        assert [str(m.text) for m in (await fresh.resolve()).messages] == ["first", "second"]

@@ -482,11 +482,13 @@ class SqliteDialect(Dialect):
                     "the busy timeout (sqlite_busy_timeout); nothing was written. End that "
                     "transaction first"
                 )
-            return StoreUnavailableError(
+            error = StoreUnavailableError(
                 f"the SQLite database at {shown} stayed locked by another process for "
-                "longer than the busy timeout (sqlite_busy_timeout); retry, or let that "
-                "process finish its write"
+                "longer than the busy timeout (sqlite_busy_timeout); nothing was written. "
+                "Retry, or let that process finish its write"
             )
+            error.contended = True  # (a save does not wait the whole timeout again)
+            return error
         return None
 
     def unindex_ahead(self, conn: Connection, chat_ids: Sequence[str]) -> Mapping[int, Any]:
