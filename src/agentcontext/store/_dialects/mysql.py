@@ -25,7 +25,8 @@ What these servers make different, all of it here:
   and a delete takes out exactly those keys (migration 0014).
 - **Packets.** A statement is one packet of at most ``max_allowed_packet`` bytes: a store
   reads it on each connection, says once if it is too small for the largest message a store
-  takes (`PACKET_NEEDED`), and refuses a message that does not fit with the setting to raise.
+  takes (`PACKET_NEEDED`), and refuses a statement that does not fit as the driver would send
+  it (escapes and all: ``mysql_packet``) with the setting that would take it.
 - ``schema=`` names a database on the same server (created when missing under
   ``migrate="auto"``).
 - **Read replicas** (MariaDB): positions are the sequence numbers of the primary's GTIDs and
@@ -35,7 +36,6 @@ What these servers make different, all of it here:
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -88,6 +88,12 @@ from agentcontext.store._dialects.base import (
     candidate_columns,
     orig,
 )
+from agentcontext.store._dialects.mysql_packet import (
+    PACKET_NEEDED,
+    check_packet,
+    packet_needed,
+    warn_small_packet,
+)
 from agentcontext.store._dialects.mysql_replicas import (
     Domain,
     check_primary,
@@ -107,7 +113,12 @@ from agentcontext.store._dialects.mysql_search import (
     unindex,
     unpack_terms,
 )
-from agentcontext.store._dialects.mysql_session import COMMITTED, install_hooks, reset
+from agentcontext.store._dialects.mysql_session import (
+    COMMITTED,
+    check_connect_args,
+    install_hooks,
+    reset,
+)
 from agentcontext.store._rows.decode import damaged_time
 from agentcontext.store._rows.terms import ScopedTerms
 
@@ -116,14 +127,6 @@ __all__ = [
     "MySQLDialect",
     "nopad_collation",
 ]
-
-_log = logging.getLogger("agentcontext")
-
-PACKET_NEEDED = 64 * 2**20
-"""The ``max_allowed_packet`` a store needs for its largest message: 16 MiB of text, in JSON
-(escaped characters take more room), sent in one statement."""
-_PACKET_MARGIN = 64 * 1024
-"""Room a statement needs besides its values."""
 
 _SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 _MIGRATION_LOCK = "agentcontext_migrate"
@@ -209,7 +212,8 @@ class MySQLDialect(Dialect):
     def make_engine(self, url: URL, options: EngineOptions, kwargs: dict[str, Any]) -> AsyncEngine:
         connect_args = dict(kwargs.pop("connect_args", None) or {})
         connect_args.setdefault("connect_timeout", int(max(1, round(options.connect_timeout))))
-        if "charset" not in url.query:
+        given = url
+        if "charset" not in url.query:  # (another one is refused: `check_connect_args`)
             url = url.update_query_dict({"charset": "utf8mb4"})
         # The server closes a connection idle for wait_timeout (8 hours by default).
         kwargs.setdefault("pool_recycle", 3600)
@@ -220,6 +224,8 @@ class MySQLDialect(Dialect):
         # transaction (`reset`): after a commit that is a round trip saved on every write.
         kwargs.setdefault("pool_reset_on_return", None)
         engine = create_async_engine(url, connect_args=connect_args, **kwargs)
+        if not {"creator", "async_creator"} & kwargs.keys():  # (or the URL is not used)
+            check_connect_args(engine, given, connect_args)
         if kwargs["pool_reset_on_return"] is None:
             event.listen(engine.sync_engine, "reset", reset)
         install_hooks(engine, options.command_timeout)
@@ -238,23 +244,16 @@ class MySQLDialect(Dialect):
         if self.replicas:
             check_primary(conn)
         packet = int(conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar_one())
-        if packet < PACKET_NEEDED:
-            _log.warning(
-                "the MariaDB/MySQL server of this store allows statements of %d bytes "
-                "(max_allowed_packet): a message of more than about %d MiB of text will be "
-                "refused. Raise max_allowed_packet to %d (64M) or more to store messages up to "
-                "the 16 MiB limit: SET GLOBAL max_allowed_packet = %d, and in the server's "
-                "configuration ([mysqld] max_allowed_packet = 64M)",
-                packet,
-                max(0, packet - _PACKET_MARGIN) // 2**20 // 3,
-                PACKET_NEEDED,
-                PACKET_NEEDED,
-            )
+        warn_small_packet(packet, self.sealer.encrypted)
 
     def database_identity(self, conn: Connection) -> tuple[Any, ...]:
-        row = conn.exec_driver_sql(
-            "SELECT @@hostname, @@port, @@datadir, DATABASE()"
-        ).one()  # fmt: skip
+        # The server; and without schema=, the connection's database, where the store's
+        # tables are. With schema= they are named in it (`_names`, the schema translation),
+        # whichever database a connection is in.
+        if self.schema is not None:
+            row = conn.exec_driver_sql("SELECT @@hostname, @@port, @@datadir").one()
+        else:
+            row = conn.exec_driver_sql("SELECT @@hostname, @@port, @@datadir, DATABASE()").one()
         return ("mysql", *row)
 
     # --- read replicas (MariaDB's GTIDs: ``mysql_replicas``) ----------------------------------
@@ -359,7 +358,7 @@ class MySQLDialect(Dialect):
         ).one()
 
     def upsert_messages(self, conn: Connection, rows: list[dict[str, Any]]) -> list[Any]:
-        _check_packet(conn, [row["data_json"] for row in rows])
+        self._check_packet(conn, [value for row in rows for value in row.values()], len(rows))
         insert = mysql.insert(M)
         same = M.c.chat_id == insert.inserted.chat_id
 
@@ -434,7 +433,6 @@ class MySQLDialect(Dialect):
         """MySQL's append (and MariaDB's without `compound_append`): its statements one by one,
         in the caller's transaction."""
         chat_id = rows[0].chat_id
-        _check_packet(conn, [row.data for row in rows])
         # One locking read of the chat row, then the branch row (the lock order of every
         # writer): the owner the search terms were made for, the version, the head.
         found = conn.execute(_LOCK_FOR_APPEND, {"chat_id": chat_id, "branch_id": branch_id}).first()
@@ -462,6 +460,7 @@ class MySQLDialect(Dialect):
             }
             for step, (row, terms) in enumerate(zip(rows, entries, strict=True), 1)
         ]
+        self._check_packet(conn, [value for row in values for value in row.values()], len(rows))
         try:
             if conn.dialect.insert_returning:
                 # MariaDB: the rows and their seq in one statement (INSERT ... RETURNING).
@@ -528,7 +527,7 @@ class MySQLDialect(Dialect):
             params += [row.id for row, terms in zip(rows, entries, strict=True) if terms]
         params += (encode_time(touched_at), chat_id, new_head, branch_id)
         sql = _compound_append(self._names(conn), len(rows), entries, commit)
-        _check_packet(conn, [row.data for row in rows] + [sql])
+        self._check_packet(conn, params, len(rows), sql)
         try:
             version = int(conn.exec_driver_sql(sql, tuple(params)).scalar_one())
         except DBAPIError as exc:
@@ -541,6 +540,13 @@ class MySQLDialect(Dialect):
         if commit:
             conn.info[COMMITTED] = True
         return version
+
+    def _check_packet(
+        self, conn: Connection, values: Sequence[object], rows: int, sql: str = ""
+    ) -> None:
+        """Refuse a statement the server would refuse for its size (`check_packet`)."""
+        needed = packet_needed(self.sealer.encrypted)
+        check_packet(conn, values, rows=rows, needed=needed, sql=sql)
 
     def _names(self, conn: Connection) -> dict[str, str]:
         """The tables of a compound statement as it writes them: in the store's schema,
@@ -624,7 +630,9 @@ class MySQLDialect(Dialect):
     def enter_schema(self, connection: Connection, schema: str, *, create: bool) -> None:
         # A schema is a database of the server (its tables state their own collation). The
         # migrations' tables are translated to it.
-        if create:
+        if create and not _database_exists(connection, schema):
+            # (Made IF NOT EXISTS all the same: the driver logs the warning of one that
+            # exists, so it is looked for first.)
             connection.execute(CreateSchema(schema, if_not_exists=True))
         connection.execution_options(schema_translate_map={None: schema})
 
@@ -659,9 +667,10 @@ class MySQLDialect(Dialect):
                 "upgrade)"
             )
         if number in _TOO_LARGE:
+            needed = packet_needed(self.sealer.encrypted)
             return InvalidInputError(
                 f"a statement was larger than the server of {shown} allows ({reason}); raise "
-                f"max_allowed_packet to {PACKET_NEEDED} (64M) or more on the server"
+                f"max_allowed_packet to {needed} ({needed // 2**20}M) or more on the server"
             )
         if number in _TRANSIENT:
             return StoreUnavailableError(
@@ -750,21 +759,14 @@ def _refused_reason(exc: BaseException) -> Literal["branch", "owner", "moved"] |
     return _REASONS.get(message[len(_REFUSED) :]) if message.startswith(_REFUSED) else None
 
 
-def _check_packet(conn: Connection, texts: Sequence[str | bytes | None]) -> None:
-    """Refuse a statement the server would refuse for its size, naming the setting."""
-    limit = conn.info.get("max_allowed_packet")
-    if not isinstance(limit, int):
-        return
-    size = sum(len(value) for value in texts if value)
-    if size + _PACKET_MARGIN <= limit // 4:
-        return  # however many bytes each character takes
-    size = sum(len(v.encode() if isinstance(v, str) else v) for v in texts if v)
-    if size + _PACKET_MARGIN > limit:
-        raise InvalidInputError(
-            f"the message(s) hold {size} bytes of JSON, more than the server allows in one "
-            f"statement (max_allowed_packet = {limit}); raise max_allowed_packet to "
-            f"{PACKET_NEEDED} (64M) or more to store messages up to the 16 MiB limit"
-        )
+def _database_exists(connection: Connection, name: str) -> bool:
+    """Whether the server has the database ``name`` (compared as the server compares database
+    names: exactly, unless ``lower_case_table_names`` folds them)."""
+    found = connection.execute(
+        text("SELECT 1 FROM information_schema.schemata WHERE schema_name = :name"),
+        {"name": name},
+    ).first()
+    return found is not None
 
 
 _VERSION = Table(VERSION_TABLE, MetaData(), Column("version_num", String(32), primary_key=True))

@@ -1,16 +1,22 @@
-"""A MariaDB/MySQL connection as the store sets it up: session settings when it opens, and no
-rollback round trip when the server says no transaction is open (after a compound append that
-committed itself, and on the way back to the pool).
+"""A MariaDB/MySQL connection as the store sets it up: the driver's arguments checked when the
+store is made, session settings when it opens, and no rollback round trip when the server says
+no transaction is open (after a compound append that committed itself, and on the way back to
+the pool).
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import event
+from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["COMMITTED", "install_hooks", "reset"]
+from agentcontext.errors import InvalidInputError
+
+__all__ = ["COMMITTED", "check_connect_args", "install_hooks", "reset"]
 
 _IN_TRANSACTION = 1
 """The server's status flag SERVER_STATUS_IN_TRANS, as the drivers keep it."""
@@ -66,29 +72,84 @@ def install_hooks(engine: AsyncEngine, command_timeout: float | None) -> None:
     def _on_connect(dbapi_connection: Any, record: Any) -> None:
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute("SELECT VERSION(), @@max_allowed_packet")
-            version, packet = cursor.fetchone()
+            cursor.execute("SELECT VERSION(), @@max_allowed_packet, @@sql_mode")
+            version, packet, mode = cursor.fetchone()
             record.info["max_allowed_packet"] = int(packet)
             mariadb = "mariadb" in str(version).lower()
             timeout = 0.0 if command_timeout is None else float(command_timeout)
             if mariadb:
-                cursor.execute(_MARIADB_SESSION, (timeout,))
+                cursor.execute(_MARIADB_SESSION, (sql_mode(mode), timeout))
             else:
-                cursor.execute(_MYSQL_SESSION, (int(timeout * 1000),))
+                cursor.execute(_MYSQL_SESSION, (sql_mode(mode), int(timeout * 1000)))
         finally:
             cursor.close()
 
 
+def sql_mode(current: object) -> str:
+    """The SQL mode of a store's connection, from the one it opened with (the server's, or
+    the URL's ``init_command``): strict, without zero dates, and without ``ORACLE`` (under
+    which MariaDB parses another language: the compound statement of an append would not
+    parse); the rest is kept (``ANSI_QUOTES`` as SQLAlchemy found it when it connected)."""
+    text = current.decode() if isinstance(current, bytes) else str(current or "")
+    modes = [mode for mode in text.split(",") if mode and mode != "ORACLE"]
+    modes += [mode for mode in ("STRICT_TRANS_TABLES", "NO_ZERO_DATE") if mode not in modes]
+    return ",".join(modes)
+
+
 _MARIADB_SESSION = (
-    "SET SESSION time_zone = '+00:00', "
-    "sql_mode = CONCAT(@@sql_mode, ',STRICT_TRANS_TABLES,NO_ZERO_DATE'), "
+    "SET SESSION time_zone = '+00:00', sql_mode = %s, "
     "max_recursive_iterations = 4294967295, max_statement_time = %s"
 )
-"""A MariaDB connection's settings: UTC, strict, recursive walks of any length, the
-statement timeout in seconds (0: none)."""
+"""A MariaDB connection's settings: UTC, the SQL mode (`sql_mode`), recursive walks of any
+length, the statement timeout in seconds (0: none)."""
 _MYSQL_SESSION = (
-    "SET SESSION time_zone = '+00:00', "
-    "sql_mode = CONCAT(@@sql_mode, ',STRICT_TRANS_TABLES,NO_ZERO_DATE'), "
+    "SET SESSION time_zone = '+00:00', sql_mode = %s, "
     "cte_max_recursion_depth = 4294967295, max_execution_time = %s"
 )
 """A MySQL connection's: the same, the timeout in milliseconds (of reads; 0: none)."""
+
+
+def check_connect_args(engine: AsyncEngine, url: URL, connect_args: Mapping[str, Any]) -> None:
+    """Refuse (`InvalidInputError`), when the store is made, what would fail only when the
+    first connection opens, or later: a character set other than ``utf8mb4`` (the store's
+    text is utf8mb4: under ``utf8`` or ``latin1`` an emoji fails to compare or to encode), and
+    an argument the driver's ``connect()`` does not take (``?bogus=1``), in ``url``'s query or
+    in ``connect_args``. ``engine`` is the store's, made of ``url``."""
+    shown = url.render_as_string(hide_password=True)
+    for where, given in (
+        (f"the URL {shown}", url.query.get("charset")),
+        ("connect_args", connect_args.get("charset")),
+    ):
+        values = given if isinstance(given, tuple) else () if given is None else (given,)
+        if any(str(value).lower() != "utf8mb4" for value in values):
+            shown_value = ",".join(map(str, values))
+            raise InvalidInputError(
+                f"{where} sets charset={shown_value}: a store's connections use utf8mb4 (its "
+                "tables are utf8mb4, and other character sets cannot carry every character, "
+                "emoji among them); drop charset from "
+                + ("the URL's query" if where != "connect_args" else "connect_args")
+                + " (the store sets utf8mb4), or set it to utf8mb4"
+            )
+    if "async_creator_fn" in connect_args:
+        return  # (a connect function of the caller's)
+    dialect = engine.sync_engine.dialect
+    connect = getattr(getattr(dialect.loaded_dbapi, dialect.driver, None), "connect", None)
+    try:
+        takes = inspect.signature(connect).parameters if connect is not None else {}
+    except (TypeError, ValueError):
+        return
+    if not takes or any(p.kind is p.VAR_KEYWORD for p in takes.values()):
+        return
+    _, params = dialect.create_connect_args(engine.url)
+    for where, names in (
+        (f"the URL {shown}", sorted(set(params) - set(takes) - set(connect_args))),
+        ("connect_args", sorted(set(connect_args) - set(takes))),
+    ):
+        if names:
+            drop = "the URL's query" if where != "connect_args" else "connect_args"
+            raise InvalidInputError(
+                f"{where} passes {', '.join(map(repr, names))} to the {dialect.driver} driver, "
+                f"whose connect() does not take {'it' if len(names) == 1 else 'them'}; remove "
+                f"{'it' if len(names) == 1 else 'them'} from {drop} (it takes: "
+                f"{', '.join(sorted(takes))})"
+            )
