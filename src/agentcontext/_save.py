@@ -29,6 +29,7 @@ from agentcontext._conversation import Conversation, decode_record
 from agentcontext._gc import gc_paused
 from agentcontext._storetypes import takes_tokens
 from agentcontext.errors import (
+    BranchNotFoundError,
     HeadConflictError,
     InvalidGraphError,
     MessageNotFoundError,
@@ -170,6 +171,14 @@ async def _applied_in_store(
 
 async def save_turn(conv: Conversation, messages: list[Message], *, branch: bool) -> SaveResult:
     """Write a turn after the head of the engine's branch (see the module documentation)."""
+    try:
+        return await _save_turn(conv, messages, branch=branch)
+    except BranchNotFoundError as exc:  # the engine's branch, deleted by another store
+        conv.chain.invalidate()
+        raise conv.deleted_error() from exc
+
+
+async def _save_turn(conv: Conversation, messages: list[Message], *, branch: bool) -> SaveResult:
     assert conv.branch is not None
     chain = conv.chain
     applied = _applied_on_chain(conv, messages)

@@ -14,16 +14,49 @@ import uuid
 from agentcontext._chainview import ChainView
 from agentcontext._pending import PendingQueue
 from agentcontext._save import SaveResult
-from agentcontext.errors import EmptyConversationError, InvalidInputError
-from agentcontext.fragments import ContextFragment, assistant, is_empty_assistant_placeholder
+from agentcontext.errors import EmptyConversationError, InvalidInputError, InvalidTypeError
+from agentcontext.fragments import (
+    ContextFragment,
+    assistant,
+    is_empty_assistant_placeholder,
+    is_lazy_fragment,
+    is_message_fragment,
+    message_of,
+)
 from agentcontext.messages import Message
 from agentcontext.store.records import Branch
 
-__all__ = ["TURNS", "TurnTracker", "placeholder_fragment", "stored_turn", "turn_at_head"]
+__all__ = [
+    "TURNS",
+    "TurnTracker",
+    "placeholder_fragment",
+    "stored_turn",
+    "turn_at_head",
+    "turn_message",
+]
 
 TURNS = uuid.UUID("6f0c7f5e-2b1a-4c59-9d0e-5a1f3c8b7e42")
 """Namespace of the placeholder ids of `ContextEngine.begin_turn` (derived from the user
 message's id, so a retried begin_turn gives the same placeholder)."""
+
+
+def turn_message(fragment: ContextFragment, role: str) -> Message:
+    """The message of a fragment given to ``begin_turn`` (``role`` "user") or
+    ``complete_turn`` ("assistant"), or the error saying what to pass."""
+    verb, example = (
+        ("begin_turn", "user('...')")
+        if role == "user"
+        else ("complete_turn", "assistant_text('...')")
+    )
+    if not is_message_fragment(fragment) or is_lazy_fragment(fragment):
+        raise InvalidTypeError(f"{verb}() takes a {role} message fragment such as {example}")
+    message = message_of(fragment)
+    if message.role != role:
+        raise InvalidInputError(
+            f"{verb}() needs a {role} message such as {example}, got {message.role!r}"
+            + ("; queue other messages with set() and save()" if role == "user" else "")
+        )
+    return message
 
 
 def placeholder_fragment(placeholder: str) -> ContextFragment:

@@ -36,10 +36,15 @@ from agentcontext._pending import PendingQueue
 from agentcontext._save import SaveResult, save_turn, with_consistency_token
 from agentcontext._storetypes import check_store
 from agentcontext._turns import TURNS as _TURNS  # noqa: F401 (importable here, as before)
-from agentcontext._turns import TurnTracker, placeholder_fragment, stored_turn, turn_at_head
+from agentcontext._turns import (
+    TurnTracker,
+    placeholder_fragment,
+    stored_turn,
+    turn_at_head,
+    turn_message,
+)
 from agentcontext._window import ContextWindow
 from agentcontext.errors import (
-    BranchNotFoundError,
     ChatNotFoundError,
     InvalidInputError,
     InvalidTypeError,
@@ -391,11 +396,7 @@ class ContextEngine:
                 await conv.sync()
             await remind(conv, conv.chain, self._pending, self._fragments, ("user",))
             messages = self._pending.messages(conv.chain)
-            try:
-                result = await save_turn(conv, messages, branch=branch)
-            except BranchNotFoundError as exc:  # the engine's branch, deleted by another store
-                conv.chain.invalidate()
-                raise conv.deleted_error() from exc
+            result = await save_turn(conv, messages, branch=branch)
             self._pending.clear()
             return with_consistency_token(self._store, self.chat_id, result)
 
@@ -416,16 +417,7 @@ class ContextEngine:
         turn retried): the stored turn's placeholder id is returned and nothing is written.
         On failure the pending queue is as it was before the call.
         """
-        if not is_message_fragment(user_fragment):
-            raise InvalidTypeError("begin_turn() takes a message fragment such as user('...')")
-        if is_lazy_fragment(user_fragment):
-            raise InvalidTypeError("begin_turn() takes a user message fragment such as user('...')")
-        question = message_of(user_fragment)
-        if question.role != "user":
-            raise InvalidInputError(
-                f"begin_turn() needs a user message such as user('...'), got {question.role!r}; "
-                "queue other messages with set() and save()"
-            )
+        question = turn_message(user_fragment, "user")
         placeholder = self._turns.placeholder_for(question, self._pending)
         if not self._pending:
             async with self._session():
@@ -441,15 +433,7 @@ class ContextEngine:
     @telemetry.verb("complete_turn")
     async def complete_turn(self, assistant_fragment: ContextFragment) -> SaveResult:
         """Fill the placeholder of `begin_turn` with the assistant's answer, in place."""
-        if not is_message_fragment(assistant_fragment) or is_lazy_fragment(assistant_fragment):
-            raise InvalidTypeError(
-                "complete_turn() takes an assistant message fragment such as assistant_text('...')"
-            )
-        answer = message_of(assistant_fragment)
-        if answer.role != "assistant":
-            raise InvalidInputError(
-                f"complete_turn() needs an assistant message, got {answer.role!r}"
-            )
+        answer = turn_message(assistant_fragment, "assistant")
         target = self._turns.target(answer, self._conv.chain)
         if target is None:
             async with self._session():
