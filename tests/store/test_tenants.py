@@ -239,3 +239,26 @@ def test_other_libpq_options_are_refused_with_the_asyncpg_way() -> None:
             "postgresql+asyncpg://u@127.0.0.1:1/db",
             read_replicas=["postgresql+asyncpg://u@127.0.0.1:2/db?options=-csearch_path%3Dacme"],
         )
+
+
+@pytest.mark.parametrize(
+    ("url", "connect_args"),
+    [
+        ("postgresql+asyncpg://u@127.0.0.1:1/db?bogus=1", None),
+        ("postgresql+asyncpg://u@127.0.0.1:1/db?sslmode=require&bogus=1", None),
+        ("postgresql+asyncpg://u@127.0.0.1:1/db", {"statement_timeout": 5}),
+    ],
+)
+def test_an_argument_asyncpg_does_not_take_is_refused_when_the_store_is_made(
+    url: str, connect_args: dict[str, object] | None
+) -> None:
+    """Before, the store was made, and its first call failed with a generic database error
+    ("connect() got an unexpected keyword argument")."""
+    with pytest.raises(InvalidInputError, match="takes no argument") as refused:
+        SqlContextStore(url, connect_args=connect_args)
+    assert "unexpected keyword" not in str(refused.value)
+    # What asyncpg and SQLAlchemy's adapter do take is accepted.
+    SqlContextStore(
+        "postgresql+asyncpg://u@127.0.0.1:1/db?ssl=require&prepared_statement_cache_size=0",
+        connect_args={"server_settings": {"application_name": "x"}, "command_timeout": 5},
+    )

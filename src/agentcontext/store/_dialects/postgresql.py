@@ -10,6 +10,7 @@ only, checked exactly in Python; concurrent migrations are serialised by an advi
 
 from __future__ import annotations
 
+import inspect
 import re
 import shlex
 import uuid
@@ -193,9 +194,11 @@ class PostgresDialect(Dialect):
             connect_args.setdefault("statement_cache_size", 0)
             connect_args.setdefault("prepared_statement_cache_size", 0)
             connect_args.setdefault("prepared_statement_name_func", unique_statement_name)
-        return create_async_engine(
+        engine = create_async_engine(
             url.difference_update_query(["pgbouncer"]), connect_args=connect_args, **kwargs
         )
+        _refuse_unknown_arguments(engine, url, connect_args)
+        return engine
 
     def prepare(self, conn: Connection, mode: Mode) -> None:
         if mode == "snapshot":
@@ -500,6 +503,35 @@ def _refuse_libpq_options(url: URL, connect_args: Mapping[str, Any]) -> None:
         "pass server settings as connect_args={'server_settings': {'name': 'value'}}, and a "
         f"tenant's schema as schema='name' (on the command line: --schema name), and {drop}"
     )
+
+
+_ADAPTER_ARGUMENTS = frozenset(
+    {"async_creator_fn", "prepared_statement_cache_size", "prepared_statement_name_func"}
+)
+"""What SQLAlchemy's asyncpg adapter takes itself before calling ``asyncpg.connect``."""
+
+
+def _refuse_unknown_arguments(
+    engine: AsyncEngine, url: URL, connect_args: Mapping[str, Any]
+) -> None:
+    """Refuse, when the store is made, a URL query or ``connect_args`` name ``asyncpg.connect``
+    does not take (``?bogus=1``): it would fail only when the first connection opens, as a
+    raw ``TypeError``."""
+    if "async_creator_fn" in connect_args:
+        return  # (a connect function of the caller's)
+    import asyncpg
+
+    takes = set(inspect.signature(asyncpg.connect).parameters) | _ADAPTER_ARGUMENTS
+    dialect = engine.sync_engine.dialect
+    _, given = dialect.create_connect_args(engine.sync_engine.url)
+    unknown = sorted((set(given) | set(connect_args)) - takes)
+    if unknown:
+        shown = url.render_as_string(hide_password=True)
+        raise InvalidInputError(
+            f"the asyncpg driver takes no argument {', '.join(map(repr, unknown))} (from the "
+            f"query of the URL {shown} or connect_args): remove it; asyncpg.connect() takes "
+            f"{', '.join(sorted(takes - _ADAPTER_ARGUMENTS - {'loop', 'dsn'}))}"
+        )
 
 
 def _names_missing_database(error: BaseException) -> bool:
