@@ -21,6 +21,7 @@ import asyncio
 import base64
 import binascii
 import hashlib
+import hmac
 import os
 import secrets
 import threading
@@ -39,7 +40,10 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    exists,
+    func,
     inspect,
+    literal,
     select,
     update,
 )
@@ -66,6 +70,11 @@ store's own half minute, `WRITE_RECHECK_SECONDS`, an erasure reaches every proce
 minute)."""
 
 _WRAP_AAD = b"agentcontext-data-key\x00"
+_CHECK_TEXT = b"agentcontext-keyring-master-key\x00"
+_CHECK_ROW = "master"
+_STORE_TABLE = "agentcontext_version"
+"""A table every agentcontext store's database holds (``store/_db/schema.VERSION_TABLE``): a
+keyring that finds it in its own database is in the data's database, which it must not be."""
 
 
 @runtime_checkable
@@ -131,6 +140,39 @@ _KEYS = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("destroyed_at", DateTime(timezone=True), nullable=True),
 )
+_CHECK = Table(
+    # The keyring's master key, as a check value (an HMAC of a constant under it) and a
+    # fingerprint: a key is written only while the check value is this provider's, in the
+    # statement that writes it, and `rotate` replaces it in the transaction that wraps the keys
+    # again. A provider with a stale or wrong master key makes no key the others cannot open.
+    "agentcontext_keyring",
+    _metadata,
+    Column("name", String(32), primary_key=True),
+    Column("value", String(64), nullable=False),
+    Column("master", String(16), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+
+class KeyringInStoreError(EncryptionError, InvalidInputError):
+    """The keyring is in the database of a store (a copy of the data would carry the keys that
+    open it): an `InvalidInputError`, and an `EncryptionError` so that a store passes it on
+    as it is."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Master:
+    """A master key with what is derived from it (replaced whole by `rotate`, so that a
+    task of another thread never pairs one key's cipher with another's check value)."""
+
+    aead: Any
+    fingerprint: str
+    check: str
+
+    @classmethod
+    def of(cls, key: bytes) -> _Master:
+        check = hmac.new(key, _CHECK_TEXT, hashlib.sha256).hexdigest()
+        return cls(_aesgcm(key), key_fingerprint(key), check)
 
 
 class LocalKeyProvider:
@@ -141,7 +183,10 @@ class LocalKeyProvider:
     ``postgresql+asyncpg://``, ``mysql+asyncmy://``) of a database that is *not* the store's:
     a copy of the store's database must not carry the keys that open it. Back the keyring up
     apart from the data (see the encryption page of the docs). A destroyed key leaves a
-    tombstone (its user and when), so an erased user is told apart from a wrong keyring.
+    tombstone (its user and when), so an erased user is told apart from a wrong keyring. The
+    keyring keeps a check value of its master key: a provider with another one (a wrong one, or
+    the one before a `rotate` in another process) reads and makes no key (`EncryptionError`),
+    and a keyring in a store's database is refused (`InvalidInputError`).
 
     Unwrapped keys are kept in memory, at most ``cache_size`` of them (least recently used
     first out). Use it as an async context manager, or call `aclose`.
@@ -158,8 +203,8 @@ class LocalKeyProvider:
         *,
         cache_size: int = 10_000,
     ) -> None:
-        self._master = _check_key(master_key, "master_key")
-        self._aead = _aesgcm(self._master)
+        self._m = _Master.of(_check_key(master_key, "master_key"))
+        self._verified: tuple[str, float] | None = None  # (check value, when), see `_verify`
         if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
             raise InvalidInputError("cache_size must be a positive int")
         self._cache_size = cache_size
@@ -216,6 +261,7 @@ class LocalKeyProvider:
             self._cache.move_to_end(user_id)
             return found[0]
         engine = await self._open()
+        await self._verify(engine)
         row = await self._read(engine, user_id)
         if row is None or row[0] is None:
             return None
@@ -223,47 +269,38 @@ class LocalKeyProvider:
 
     async def create_data_key(self, user_id: str) -> bytes:
         """The data key of ``user_id``, made and kept if it has none (a destroyed key is
-        replaced by a new one: data sealed under the old key stays unreadable)."""
+        replaced by a new one: data sealed under the old key stays unreadable). Refused with
+        an `EncryptionError` when this provider's master key is not the keyring's (a wrong
+        one, or the one before a `rotate` in another process): no key is ever written that
+        the keyring's master key does not open."""
         user_id = _check_user(user_id)
         existing = await self.get_data_key(user_id)
         if existing is not None:
             return existing
         engine = await self._open()
-        key = secrets.token_bytes(KEY_BYTES)
-        values = {
-            "wrapped": self._wrap(user_id, key),
-            "master": key_fingerprint(self._master),
-            "created_at": datetime.now(UTC),
-            "destroyed_at": None,
-        }
-        # The row inserted first, each statement its own transaction: an UPDATE that finds no
-        # row, then an INSERT, in one transaction deadlocks two users' first keys on MariaDB
-        # and MySQL (each holds a gap lock the other's insert waits for).
-        try:
-            try:
-                async with engine.begin() as conn:
-                    await conn.execute(_KEYS.insert().values(user_id=user_id, **values))
-            except IntegrityError:
-                # A row is there: a destroyed key's tombstone (replaced by the new key), or a
-                # key another process made first (kept: theirs is used).
-                async with engine.begin() as conn:
-                    await conn.execute(
-                        update(_KEYS)
-                        .where(_KEYS.c.user_id == user_id, _KEYS.c.wrapped.is_(None))
-                        .values(**values)
-                    )
-        except SQLAlchemyError as exc:
-            raise self._failed(exc) from exc
-        found = await self.get_data_key(user_id)
-        if found is None:  # pragma: no cover - destroyed at the same moment
-            raise EncryptionError(
-                f"the data key of user {user_id!r} was destroyed while it was being made",
-                key_id=user_id,
-            )
-        return found
+        for _ in range(3):
+            master = self._m
+            wrote = await self._write_key(engine, user_id, master)
+            row = await self._read(engine, user_id)
+            if row is not None and row[0] is not None:
+                return self._remember(user_id, self._unwrap(user_id, row[0], row[1]))
+            if wrote:  # pragma: no cover - destroyed at the same moment
+                raise EncryptionError(
+                    f"the data key of user {user_id!r} was destroyed while it was being made",
+                    key_id=user_id,
+                )
+            # Nothing written: the keyring's master key is not (or no longer) this one, or it
+            # has no check value yet (a keyring restored from a backup of an older version).
+            await self._verify(engine, force=True)
+        raise EncryptionError(  # pragma: no cover - the keyring's master changing under us
+            f"the data key of user {user_id!r} could not be made: the master key of the keyring "
+            f"{self.keyring_url} kept changing (rotated meanwhile); try again",
+            key_id=user_id,
+        )
 
     async def destroy_data_key(self, user_id: str) -> bool:
-        """Destroy the data key of ``user_id`` (a tombstone stays); whether there was one."""
+        """Destroy the data key of ``user_id`` (a tombstone stays); whether there was one.
+        (Needs no master key: a worker with a wrong one still erases.)"""
         user_id = _check_user(user_id)
         engine = await self._open()
         self._cache.pop(user_id, None)
@@ -288,13 +325,28 @@ class LocalKeyProvider:
     async def rotate(self, new_master_key: bytes) -> int:
         """Wrap every data key under ``new_master_key`` instead (one transaction; no message
         is rewritten) and use it from now on; returns how many keys were wrapped again. Keep
-        the old master key until the keyring's backups are taken again."""
-        new = _check_key(new_master_key, "new_master_key")
-        new_aead = _aesgcm(new)
+        the old master key until the keyring's backups are taken again.
+
+        The keyring's check value of its master key is replaced in the same transaction:
+        from then on every other provider still holding the old master key (another worker)
+        refuses to read or make keys, with an `EncryptionError` saying to restart it with the
+        new master key; none makes a key wrapped under the old one."""
+        new = _Master.of(_check_key(new_master_key, "new_master_key"))
         engine = await self._open()
+        old = await self._verify(engine, force=True)
         count = 0
         try:
             async with engine.begin() as conn:
+                # The check value first: it locks out the writers of new keys (they read it,
+                # locking, in the statement that writes) until this transaction ends, so no
+                # key is made under the old master key that this one does not wrap again.
+                moved = await conn.execute(
+                    update(_CHECK)
+                    .where(_CHECK.c.name == _CHECK_ROW, _CHECK.c.value == old.check)
+                    .values(value=new.check, master=new.fingerprint, updated_at=datetime.now(UTC))
+                )
+                if moved.rowcount != 1:
+                    raise self._another_master(None, old, rotated_meanwhile=True)
                 rows = (
                     await conn.execute(
                         select(_KEYS.c.user_id, _KEYS.c.wrapped, _KEYS.c.master).where(
@@ -303,21 +355,17 @@ class LocalKeyProvider:
                     )
                 ).all()
                 for user_id, wrapped, master in rows:
-                    key = self._unwrap(user_id, wrapped, master)
-                    nonce = secrets.token_bytes(12)
-                    aad = _WRAP_AAD + user_id.encode()
-                    await conn.execute(
+                    key = self._unwrap(user_id, wrapped, master, old)
+                    result = await conn.execute(
                         update(_KEYS)
-                        .where(_KEYS.c.user_id == user_id)
-                        .values(
-                            wrapped=nonce + new_aead.encrypt(nonce, key, aad),
-                            master=key_fingerprint(new),
-                        )
+                        .where(_KEYS.c.user_id == user_id, _KEYS.c.wrapped.is_not(None))
+                        .values(wrapped=self._wrap(user_id, key, new), master=new.fingerprint)
                     )
-                    count += 1
+                    count += bool(result.rowcount)  # (not one destroyed meanwhile)
         except SQLAlchemyError as exc:
             raise self._failed(exc) from exc
-        self._master, self._aead = new, new_aead
+        self._m = new
+        self._verified = (new.check, time.monotonic())
         return count
 
     async def aclose(self) -> None:
@@ -329,7 +377,7 @@ class LocalKeyProvider:
         with self._handing:
             keyrings, spare = list(self._engines.items()), self._spare
             self._engines.clear()
-            self._spare, self._ready = None, False
+            self._spare, self._ready, self._verified = None, False, None
         if spare is not None:
             await spare.dispose()
         for owner, keyring in keyrings:
@@ -352,23 +400,195 @@ class LocalKeyProvider:
             return keyring.engine
         async with keyring.lock:
             if not self._ready:
-                try:
-                    async with keyring.engine.begin() as conn:
-                        await conn.run_sync(_metadata.create_all)
-                except SQLAlchemyError as exc:
-                    # Made meanwhile by another process, or a thread with a loop of its own
-                    # ("already exists"): the table is there all the same.
-                    if not await self._has_table(keyring.engine):
-                        raise self._failed(exc) from exc
+                await self._refuse_a_store(keyring.engine)
+                for attempt in range(5):
+                    try:
+                        async with keyring.engine.begin() as conn:
+                            await conn.run_sync(_metadata.create_all)
+                        break
+                    except SQLAlchemyError as exc:
+                        # Made meanwhile by another process, or a thread with a loop of its
+                        # own ("already exists"): the tables are there all the same, or the
+                        # other one is still making them (made again, each if missing).
+                        if await self._has_tables(keyring.engine):
+                            break
+                        if attempt == 4:
+                            raise self._failed(exc) from exc
+                        await asyncio.sleep(0.05 * (attempt + 1))
                 self._ready = True
         return keyring.engine
 
-    async def _has_table(self, engine: AsyncEngine) -> bool:
+    async def _has_tables(self, engine: AsyncEngine) -> bool:
+        def found(sync: Any) -> bool:
+            inspector = inspect(sync)
+            return all(inspector.has_table(table.name) for table in (_KEYS, _CHECK))
+
         try:
             async with engine.connect() as conn:
-                return bool(await conn.run_sync(lambda sync: inspect(sync).has_table(_KEYS.name)))
+                return bool(await conn.run_sync(found))
         except SQLAlchemyError:
             return False
+
+    async def _refuse_a_store(self, engine: AsyncEngine) -> None:
+        """Refuse a keyring in a store's database (a copy of the data must not carry the keys
+        that open it), before anything is written to it."""
+
+        def holds_a_store(sync: Any) -> bool:
+            # (The database's default schema: a PostgreSQL store kept in another schema of the
+            # keyring's database is not seen.)
+            return bool(inspect(sync).has_table(_STORE_TABLE))
+
+        try:
+            async with engine.connect() as conn:
+                holds = await conn.run_sync(holds_a_store)
+        except SQLAlchemyError as exc:
+            raise self._failed(exc) from exc
+        if holds:
+            raise KeyringInStoreError(
+                f"the keyring {self.keyring_url} is in the database of an agentcontext store "
+                f"(it holds the table {_STORE_TABLE}): a copy of the data would carry the keys "
+                "that open it. Give the provider a keyring of its own: another SQLite file, or "
+                "a database URL other than the store's"
+            )
+
+    async def _verify(self, engine: AsyncEngine, *, force: bool = False) -> _Master:
+        """This provider's master key, once the keyring's check value says it is the
+        keyring's (an `EncryptionError` otherwise). Checked again after `KEY_RECHECK_SECONDS`
+        (a `rotate` in another process is noticed by then; a key is never written under a
+        master key that is not the keyring's in any case). A keyring without a check value (new,
+        or made by a version before it) is given this one's if its keys open with it."""
+        master, done = self._m, self._verified
+        if (
+            not force
+            and done is not None
+            and done[0] == master.check
+            and time.monotonic() - done[1] <= KEY_RECHECK_SECONDS
+        ):
+            return master
+        for _ in range(3):
+            master, asked = self._m, time.monotonic()
+            try:
+                async with engine.connect() as conn:
+                    row = (
+                        await conn.execute(
+                            select(_CHECK.c.value, _CHECK.c.master).where(
+                                _CHECK.c.name == _CHECK_ROW
+                            )
+                        )
+                    ).first()
+            except SQLAlchemyError as exc:
+                raise self._failed(exc) from exc
+            if row is None:
+                await self._claim(engine, master)
+                continue
+            if not hmac.compare_digest(str(row[0]).encode(), master.check.encode()):
+                if self._m is not master:
+                    continue  # (this provider's own `rotate` ended meanwhile)
+                self._verified = None
+                raise self._another_master(row[1], master)
+            self._verified = (master.check, asked)
+            return master
+        raise EncryptionError(  # pragma: no cover - its check value changing all along
+            f"the check value of the master key in the keyring {self.keyring_url} (its table "
+            f"{_CHECK.name}) kept changing or could not be written: check that the table is "
+            "writable and that no process rotates the master key over and over, then try again"
+        )
+
+    async def _claim(self, engine: AsyncEngine, master: _Master) -> None:
+        """Write the check value of ``master`` into a keyring that has none, if its keys are
+        wrapped under ``master`` (most of them: a keyring of a version before the check may
+        hold a few keys a worker with a wrong master key made, which stay unreadable)."""
+        try:
+            async with engine.connect() as conn:
+                counts: dict[str | None, int] = {
+                    fingerprint: int(n)
+                    for fingerprint, n in (
+                        await conn.execute(
+                            select(_KEYS.c.master, func.count())
+                            .where(_KEYS.c.wrapped.is_not(None))
+                            .group_by(_KEYS.c.master)
+                        )
+                    ).all()
+                }
+                mine = counts.pop(master.fingerprint, 0)
+                if counts and mine <= sum(counts.values()):
+                    raise self._another_master(max(counts, key=counts.__getitem__), master)
+                if mine:  # (one of them opens: the fingerprint is no accident)
+                    sample = (
+                        await conn.execute(
+                            select(_KEYS.c.user_id, _KEYS.c.wrapped, _KEYS.c.master)
+                            .where(
+                                _KEYS.c.master == master.fingerprint,
+                                _KEYS.c.wrapped.is_not(None),
+                            )
+                            .limit(1)
+                        )
+                    ).first()
+                    if sample is not None:
+                        self._unwrap(sample[0], sample[1], sample[2], master)
+            async with engine.begin() as conn:
+                await conn.execute(
+                    _CHECK.insert().values(
+                        name=_CHECK_ROW,
+                        value=master.check,
+                        master=master.fingerprint,
+                        updated_at=datetime.now(UTC),
+                    )
+                )
+        except IntegrityError:
+            pass  # written meanwhile by another provider: read it again
+        except SQLAlchemyError as exc:
+            raise self._failed(exc) from exc
+
+    async def _write_key(self, engine: AsyncEngine, user_id: str, master: _Master) -> bool:
+        """Write a new data key of ``user_id`` wrapped under ``master``, in a statement that
+        writes it only while the keyring's check value is ``master``'s (read with a share
+        lock, which `rotate`'s update of it waits for, and which waits for that update);
+        whether one was written (False: the master key is not the keyring's, or the user has
+        a key, made by another provider first)."""
+        now = datetime.now(UTC)
+        wrapped = self._wrap(user_id, secrets.token_bytes(KEY_BYTES), master)
+        is_mine = (_CHECK.c.name == _CHECK_ROW, _CHECK.c.value == master.check)
+        # The row inserted first, each statement its own transaction: an UPDATE that finds no
+        # row, then an INSERT, in one transaction deadlocks two users' first keys on MariaDB
+        # and MySQL (each holds a gap lock the other's insert waits for).
+        try:
+            try:
+                async with engine.begin() as conn:
+                    source = (
+                        select(
+                            literal(user_id, _KEYS.c.user_id.type),
+                            literal(wrapped, _KEYS.c.wrapped.type),
+                            literal(master.fingerprint, _KEYS.c.master.type),
+                            literal(now, _KEYS.c.created_at.type),
+                        )
+                        .where(*is_mine)
+                        .with_for_update(read=True)
+                    )
+                    columns = ["user_id", "wrapped", "master", "created_at"]  # (not destroyed)
+                    result = await conn.execute(_KEYS.insert().from_select(columns, source))
+            except IntegrityError:
+                # A row is there: a destroyed key's tombstone (replaced by the new key), or a
+                # key another process made first (kept: theirs is used).
+                async with engine.begin() as conn:
+                    mine = select(_CHECK.c.name).where(*is_mine).with_for_update(read=True)
+                    result = await conn.execute(
+                        update(_KEYS)
+                        .where(
+                            _KEYS.c.user_id == user_id,
+                            _KEYS.c.wrapped.is_(None),
+                            exists(mine),
+                        )
+                        .values(
+                            wrapped=wrapped,
+                            master=master.fingerprint,
+                            created_at=now,
+                            destroyed_at=None,
+                        )
+                    )
+        except SQLAlchemyError as exc:
+            raise self._failed(exc) from exc
+        return bool(result.rowcount)
 
     def _keyring(self) -> _Keyring:
         """The keyring's engine of the running event loop (made on its first use there)."""
@@ -395,31 +615,58 @@ class LocalKeyProvider:
         except SQLAlchemyError as exc:
             raise self._failed(exc) from exc
 
-    def _wrap(self, user_id: str, key: bytes) -> bytes:
+    def _wrap(self, user_id: str, key: bytes, master: _Master) -> bytes:
         nonce = secrets.token_bytes(12)
-        return nonce + bytes(self._aead.encrypt(nonce, key, _WRAP_AAD + user_id.encode()))
+        return nonce + bytes(master.aead.encrypt(nonce, key, _WRAP_AAD + user_id.encode()))
 
-    def _unwrap(self, user_id: str, wrapped: bytes, master: str | None) -> bytes:
+    def _unwrap(
+        self, user_id: str, wrapped: bytes, fingerprint: str | None, master: _Master | None = None
+    ) -> bytes:
         from cryptography.exceptions import InvalidTag
 
+        master = master or self._m
         try:
             return bytes(
-                self._aead.decrypt(wrapped[:12], wrapped[12:], _WRAP_AAD + user_id.encode())
+                master.aead.decrypt(wrapped[:12], wrapped[12:], _WRAP_AAD + user_id.encode())
             )
         except (InvalidTag, ValueError):
-            mine = key_fingerprint(self._master)
-            if master is not None and master != mine:
-                raise EncryptionError(
-                    f"the keyring {self.keyring_url} was made with another master key "
-                    f"(fingerprint {master}, this one is {mine}): give the provider the "
-                    "master key the keyring was made (or last rotated) with",
-                    key_id=user_id,
-                ) from None
+            if fingerprint is not None and fingerprint != master.fingerprint:
+                self._verified = None  # (the keyring's check value is read again next time)
+                raise self._another_master(fingerprint, master, key_id=user_id) from None
             raise EncryptionError(
                 f"the data key of user {user_id!r} in the keyring {self.keyring_url} does not "
                 "open with this master key: the keyring was altered or the master key is wrong",
                 key_id=user_id,
             ) from None
+
+    def _another_master(
+        self,
+        theirs: str | None,
+        master: _Master,
+        *,
+        key_id: str | None = None,
+        rotated_meanwhile: bool = False,
+    ) -> EncryptionError:
+        named = f"fingerprint {theirs}, " if theirs else ""
+        if key_id is not None:  # (one key: in a keyring of a version before the check value,
+            # a key a worker with a wrong master key made; or the keyring rotated meanwhile)
+            what = (
+                f"the data key of user {key_id!r} in the keyring {self.keyring_url} is wrapped "
+                f"under another master key ({named}this provider's is {master.fingerprint})"
+            )
+        else:
+            what = (
+                f"the keyring {self.keyring_url} was made (or last rotated) with another master "
+                f"key ({named}this provider's is {master.fingerprint})"
+                + (": it was rotated meanwhile by another process" if rotated_meanwhile else "")
+                + ": no data key is read or made with this one"
+            )
+        return EncryptionError(
+            what + ". Give the provider the master key the keyring was made or last rotated "
+            "with; after provider.rotate() in another process, restart this worker with the "
+            "new master key",
+            key_id=key_id,
+        )
 
     def _remember(self, user_id: str, key: bytes) -> bytes:
         self._cache[user_id] = (key, time.monotonic())

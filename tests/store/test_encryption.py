@@ -44,7 +44,7 @@ from agentcontext import (
 from agentcontext.messages import Message
 from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store import ChatUpdate, MessageRecord, SearchResult, SqlContextStore
-from tests.conftest import fresh_database
+from tests.conftest import fresh_database, pg_admin_url
 from tests.helpers import chain, run_in_threads
 
 PLANT = "qzvplanted" + secrets.token_hex(4)
@@ -847,3 +847,340 @@ async def test_read_blob_of_a_hash_that_names_no_blob_in_an_encrypted_store(
         await store.create_chat("c1", user_id="u1")
         for blob in ("zz", "abc", "0" * 63, "G" * 64, "A" * 64, "0" * 128):
             assert await store.read_blob(blob, chat_id="c1") is None
+
+
+# --- the keyring's master key: a provider whose master key is not the keyring's makes no key ---
+
+
+@contextlib.contextmanager
+def _shared_keyring(backend: str, tmp_path: Path, name: str) -> Iterator[tuple[str, str]]:
+    """A new keyring on ``backend`` (a SQLite file, or a database of its own on the server):
+    as a provider takes it, and as a URL to look into it."""
+    if backend == "sqlite":
+        path = str(tmp_path / f"{name}.db")
+        yield path, f"sqlite+aiosqlite:///{path}"
+    else:
+        with fresh_database(backend, "ackeys") as url:
+            yield url, url
+
+
+async def _keyring_rows(url: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]] | None]:
+    """Everything the keyring holds: its keys (tombstones too) and its master key's check row
+    (None: no such table)."""
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as conn:
+            keys = (
+                await conn.execute(
+                    text(
+                        "SELECT user_id, wrapped, master, created_at, destroyed_at "
+                        "FROM agentcontext_data_keys ORDER BY user_id"
+                    )
+                )
+            ).all()
+        try:
+            async with engine.connect() as conn:
+                check = (
+                    await conn.execute(text("SELECT name, value, master FROM agentcontext_keyring"))
+                ).all()
+        except Exception:  # (a keyring of the version before has no such table)
+            return [tuple(row) for row in keys], None
+        return [tuple(row) for row in keys], [tuple(row) for row in check]
+    finally:
+        await engine.dispose()
+
+
+async def _say(store: SqlContextStore, chat_id: str, user_id: str, said: str) -> None:
+    engine = ContextEngine(store=store, chat_id=chat_id, user_id=user_id)
+    engine.set(user(said), assistant_text("ok"))
+    await engine.save()
+
+
+async def test_a_worker_still_holding_the_master_key_of_before_a_rotation_makes_no_key(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rotate` in one process while other workers keep the old master key (until they are
+    restarted): such a worker made new users' keys wrapped under the old master key, which
+    no process with the new one could open (those users' chats unreadable, their erasure and
+    ``list_chats()`` failing). Now it refuses, saying to restart it with the new master key,
+    and writes nothing; a worker that had checked the master key just before the rotation
+    notices it within `KEY_RECHECK_SECONDS`."""
+    from agentcontext import encryption
+
+    old, new = secrets.token_bytes(32), secrets.token_bytes(32)
+    store_url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+    with _shared_keyring(backend, tmp_path, "rotated") as (keyring, keyring_url):
+        async with (
+            LocalKeyProvider(old, keyring) as admin,
+            LocalKeyProvider(old, keyring) as worker,
+            LocalKeyProvider(old, keyring) as checked,
+            LocalKeyProvider(old, keyring) as idle,
+        ):
+            async with SqlContextStore(store_url, encryption=worker) as store:
+                await _say(store, "c-alice", "alice", "alice's text")
+            for provider in (checked, idle):  # (their master key checked, before the rotation)
+                assert await provider.get_data_key("nobody") is None
+            assert await admin.rotate(new) == 1
+            before = await _keyring_rows(keyring_url)
+            refused = "another master key.*restart this worker with the new master key"
+            async with SqlContextStore(store_url, encryption=worker) as store:
+                with pytest.raises(EncryptionError, match=refused):
+                    await _say(store, "c-dave", "dave", "dave signs up after the rotation")
+            for call in (
+                lambda: worker.create_data_key("dave"),
+                lambda: worker.get_data_key("dave"),
+                lambda: checked.create_data_key("erin"),  # (checked just before: refused too)
+                lambda: worker.rotate(secrets.token_bytes(32)),
+            ):
+                with pytest.raises(EncryptionError, match=refused):
+                    await call()
+            # The check of the master key is done again once it is that old (half a minute;
+            # a fifth of a second here): a reader notices the rotation.
+            monkeypatch.setattr(encryption, "KEY_RECHECK_SECONDS", 0.2)
+            assert await idle.get_data_key("nobody") is None
+            await asyncio.sleep(0.3)
+            with pytest.raises(EncryptionError, match=refused):
+                await idle.get_data_key("nobody")
+            assert await _keyring_rows(keyring_url) == before
+            # The rotated process and a restarted one read and make every key.
+            async with SqlContextStore(store_url, encryption=admin) as store:
+                chats = await store.list_chats()
+                assert [(chat.id, chat.damaged) for chat in chats] == [("c-alice", None)]
+                await _say(store, "c-dave", "dave", "dave again")
+                assert (await store.erase_user("dave")).keys_destroyed == 1
+            async with (
+                LocalKeyProvider(new, keyring) as restarted,
+                SqlContextStore(store_url, encryption=restarted) as store,
+            ):
+                assert await restarted.create_data_key("erin") == await admin.get_data_key("erin")
+                records = await store.get_messages("c-alice")
+                assert records[0].data["parts"][0]["text"] == "alice's text"
+
+
+async def test_a_wrong_master_key_neither_reads_nor_makes_keys(
+    backend: str, tmp_path: Path
+) -> None:
+    """A worker given a wrong master key made the keys of users who had none under it: their
+    chats could not be read (nor, on SQLite, deleted) by the others. Now it reads and makes
+    nothing and the keyring is left as it was."""
+    master, wrong = secrets.token_bytes(32), secrets.token_bytes(32)
+    store_url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+    with _shared_keyring(backend, tmp_path, "wrong") as (keyring, keyring_url):
+        async with LocalKeyProvider(master, keyring) as good:
+            async with SqlContextStore(store_url, encryption=good) as store:
+                await _say(store, "c-alice", "alice", "alice's text")
+            await good.create_data_key("gone")
+            assert await good.destroy_data_key("gone")
+            before = await _keyring_rows(keyring_url)
+            async with LocalKeyProvider(wrong, keyring) as bad:
+                async with SqlContextStore(store_url, encryption=bad) as store:
+                    for chat_id, who in (("c-alice", "alice"), ("c-carol", "carol")):
+                        with pytest.raises(EncryptionError, match="another master key"):
+                            await _say(store, chat_id, who, "kumquat")
+                for call in (
+                    lambda: bad.get_data_key("carol"),
+                    lambda: bad.create_data_key("carol"),
+                    lambda: bad.create_data_key("gone"),  # (a tombstone is not replaced)
+                ):
+                    with pytest.raises(EncryptionError, match="another master key") as caught:
+                        await call()
+                    assert "give the provider the master key" in str(caught.value).lower()
+                assert await bad.destroyed_at("gone") is not None  # (needs no master key)
+            assert await _keyring_rows(keyring_url) == before
+            async with SqlContextStore(store_url, encryption=good) as store:
+                chats = await store.list_chats()
+                assert [(chat.id, chat.damaged) for chat in chats] == [("c-alice", None)]
+                await _say(store, "c-carol", "carol", "carol's text")
+                assert (await store.erase_user("carol")).keys_destroyed == 1
+
+
+async def test_a_new_keyring_opened_at_once_with_two_master_keys_keeps_one(
+    backend: str, tmp_path: Path
+) -> None:
+    """Workers starting together on a new keyring, some with another master key: the first
+    master key stored is the keyring's; the others' keys are refused, none is made."""
+    first, second = secrets.token_bytes(32), secrets.token_bytes(32)
+    with _shared_keyring(backend, tmp_path, "two") as (keyring, keyring_url):
+        providers = [LocalKeyProvider((first, second)[i % 2], keyring) for i in range(6)]
+        try:
+            made = await asyncio.gather(
+                *(p.create_data_key(f"worker-{i}") for i, p in enumerate(providers)),
+                return_exceptions=True,
+            )
+        finally:
+            for provider in providers:
+                await provider.aclose()
+        won = [i % 2 for i, found in enumerate(made) if isinstance(found, bytes)]
+        assert len(set(won)) == 1 and len(won) == 3, made
+        for i, found in enumerate(made):
+            if i % 2 != won[0]:
+                assert isinstance(found, EncryptionError), found
+                assert "another master key" in str(found)
+        keys, _ = await _keyring_rows(keyring_url)
+        assert sorted(row[0] for row in keys) == [f"worker-{i}" for i in range(won[0], 6, 2)]
+        async with LocalKeyProvider((first, second)[won[0]], keyring) as keeper:
+            for i in range(won[0], 6, 2):
+                assert await keeper.get_data_key(f"worker-{i}") == made[i]
+
+
+async def test_keys_made_while_the_master_key_is_rotated_open_with_the_new_one(
+    backend: str, tmp_path: Path
+) -> None:
+    """Keys made by workers with the old master key at the moment a rotation runs: each is
+    made before the rotation (and wrapped again by it) or refused; none is left wrapped under
+    the old master key. A worker's key waits for a rotation under way to end."""
+    from agentcontext import encryption
+
+    old, new = secrets.token_bytes(32), secrets.token_bytes(32)
+    with _shared_keyring(backend, tmp_path, "during") as (keyring, keyring_url):
+        async with (
+            LocalKeyProvider(old, keyring) as admin,
+            LocalKeyProvider(old, keyring) as worker,
+        ):
+            for index in range(60):
+                await admin.create_data_key(f"old-{index}")
+            await worker.create_data_key("warm")
+
+            async def make(index: int) -> bytes:  # (some before the rotation, some after)
+                await asyncio.sleep(0.002 * index)
+                return await worker.create_data_key(f"new-{index}")
+
+            async def rotate() -> int:
+                await asyncio.sleep(0.02)
+                return await admin.rotate(new)
+
+            made = await asyncio.gather(
+                rotate(), *(make(index) for index in range(30)), return_exceptions=True
+            )
+            for found in made[1:]:
+                assert isinstance(found, bytes) or "another master key" in str(found), found
+            # Every key in the keyring was there when the rotation wrapped the keys again (a
+            # worker's key refused may have been made just before it: it reads the key back
+            # after the rotation), and opens with the new master key.
+            keys, _ = await _keyring_rows(keyring_url)
+            live = [row[0] for row in keys if row[1] is not None]
+            assert made[0] == len(live) >= 61 + sum(isinstance(f, bytes) for f in made[1:]), made
+            async with LocalKeyProvider(new, keyring) as renewed:
+                for user_id in live:
+                    assert await renewed.get_data_key(user_id) is not None
+                for index, found in enumerate(made[1:]):
+                    if isinstance(found, bytes):
+                        assert await renewed.get_data_key(f"new-{index}") == found
+            # A rotation under way (its transaction holds the new check value, not committed
+            # yet): a worker's key waits for it, then is refused.
+            newer = encryption._Master.of(secrets.token_bytes(32))
+            async with LocalKeyProvider(new, keyring) as late:
+                await late.get_data_key("warm")  # (its master key checked)
+                raw = create_async_engine(keyring_url)
+                try:
+                    async with raw.begin() as conn:
+                        await conn.execute(
+                            text("UPDATE agentcontext_keyring SET value = :v, master = :m"),
+                            {"v": newer.check, "m": newer.fingerprint},
+                        )
+                        making = asyncio.create_task(late.create_data_key("during"))
+                        await asyncio.sleep(0.5)
+                        assert not making.done()
+                finally:
+                    await raw.dispose()
+                with pytest.raises(EncryptionError, match="another master key"):
+                    await making
+            keys, _ = await _keyring_rows(keyring_url)
+            assert "during" not in [row[0] for row in keys]
+
+
+async def test_a_keyring_made_before_the_master_key_check_keeps_working(
+    backend: str, tmp_path: Path
+) -> None:
+    """A keyring of the version before (no check value of its master key) opens as before
+    with its master key, which is then stored as the keyring's; a wrong master key is refused
+    and writes nothing. If a worker with a wrong master key made a few keys in it already,
+    the master key of most of its keys is the keyring's."""
+    from agentcontext import encryption
+
+    master, wrong = secrets.token_bytes(32), secrets.token_bytes(32)
+
+    async def as_before(url: str) -> None:  # the keyring as the version before left it
+        engine = create_async_engine(url)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(text("DROP TABLE IF EXISTS agentcontext_keyring"))
+        finally:
+            await engine.dispose()
+
+    with _shared_keyring(backend, tmp_path, "before") as (keyring, keyring_url):
+        async with LocalKeyProvider(master, keyring) as provider:
+            made = {who: await provider.create_data_key(who) for who in ("a", "b", "c")}
+        await as_before(keyring_url)
+        before = await _keyring_rows(keyring_url)
+        async with LocalKeyProvider(wrong, keyring) as stale:
+            for call in (lambda: stale.get_data_key("a"), lambda: stale.create_data_key("z")):
+                with pytest.raises(EncryptionError, match="another master key"):
+                    await call()
+        keys, check = await _keyring_rows(keyring_url)
+        assert keys == before[0] and not check  # (the table made: no check value stored)
+        async with LocalKeyProvider(master, keyring) as provider:
+            assert await provider.get_data_key("a") == made["a"]
+            made["d"] = await provider.create_data_key("d")
+        async with LocalKeyProvider(wrong, keyring) as stale:
+            with pytest.raises(EncryptionError, match="another master key"):
+                await stale.create_data_key("z")
+
+        # A keyring of the version before in which a worker with a wrong master key made a
+        # key ("z"): its other keys' master key is taken, the wrong one is refused.
+        async with LocalKeyProvider(wrong, tmp_path / "elsewhere.db") as elsewhere:
+            await elsewhere.create_data_key("z")
+            wrapped = await elsewhere._read(await elsewhere._open(), "z")
+        await as_before(keyring_url)
+        engine = create_async_engine(keyring_url)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(
+                    encryption._KEYS.insert().values(
+                        user_id="z",
+                        wrapped=wrapped[0],
+                        master=wrapped[1],
+                        created_at=datetime.now(UTC),
+                    )
+                )
+        finally:
+            await engine.dispose()
+        async with LocalKeyProvider(wrong, keyring) as stale:
+            with pytest.raises(EncryptionError, match="another master key"):
+                await stale.get_data_key("z")
+        async with LocalKeyProvider(master, keyring) as provider:
+            assert await provider.get_data_key("d") == made["d"]
+            with pytest.raises(EncryptionError, match="another master key"):
+                await provider.get_data_key("z")  # (unreadable, as it was)
+            assert await provider.create_data_key("e")
+
+
+async def test_a_keyring_in_the_stores_own_database_is_refused(
+    store_url: str, tmp_path: Path
+) -> None:
+    """The keyring must not be the data's database (a copy of the data would carry the keys
+    that open it): it was taken silently. Now the provider refuses it (`InvalidInputError`,
+    an `EncryptionError` as well) before it writes anything there, whatever URL names it."""
+    keyring = make_url(store_url)
+    if keyring.query.get("pgbouncer"):  # (the same database, not through PgBouncer)
+        keyring = keyring.set(port=make_url(pg_admin_url()).port or 5432, query={})
+    async with (
+        LocalKeyProvider(secrets.token_bytes(32), keyring) as provider,
+        SqlContextStore(store_url, encryption=provider) as store,
+    ):
+        with pytest.raises(InvalidInputError, match="keyring of its own") as caught:
+            await _say(store, "c1", "u1", "hello")
+        assert isinstance(caught.value, EncryptionError)
+        for call in (lambda: provider.create_data_key("u1"), lambda: provider.get_data_key("u1")):
+            with pytest.raises(InvalidInputError, match="database of an agentcontext store"):
+                await call()
+
+        def tables(sync: Any) -> set[str]:
+            from sqlalchemy import inspect
+
+            return set(inspect(sync).get_table_names())
+
+        async with store.engine.connect() as conn:
+            found = await conn.run_sync(tables)
+        assert "chats" in found
+        assert not {"agentcontext_data_keys", "agentcontext_keyring"} & found
