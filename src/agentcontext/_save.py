@@ -258,10 +258,11 @@ async def _attempt(
             else:  # new messages only: what almost every save writes
                 result = await store.append_turn(conv.branch.id, records, expected_head=expected)
         except StoreUnavailableError as error:
-            if error.contended:
+            if error.contended and not ambiguous:
                 # Lost races (lock waits that timed out, deadlocks) the store already ran
                 # again as often as it does: nothing was written, and another run would only
-                # wait as long again.
+                # wait as long again. (After an attempt whose outcome was lost, the next one
+                # finds out whether it was written, as below.)
                 raise
             # The connection dropped: the write may or may not have committed.
             ambiguous = True

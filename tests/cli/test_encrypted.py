@@ -75,3 +75,41 @@ def test_commands_on_an_encrypted_database_need_its_keyring(tmp_path: Path) -> N
     failed = run_cli("--url", url, *keys, "show", "c1", cwd=tmp_path, env=wrong)
     assert failed.returncode == 1 and "master key" in failed.stderr
     assert PLANT not in failed.stdout
+
+
+def test_a_keyring_path_that_names_no_file_is_refused(tmp_path: Path) -> None:
+    """A mistyped keyring would be a new, empty one: every chat unreadable, or an import
+    sealed under keys the real keyring does not have. The command line makes no keyring."""
+    master, keyring = secrets.token_bytes(32), tmp_path / "keyring.db"
+    url = sqlite_url(tmp_path / "data.db")
+    asyncio.run(_fill(url, master, keyring))
+    env = {**clean_env(), "AGENTCONTEXT_MASTER_KEY": base64.b64encode(master).decode()}
+    typo = tmp_path / "keyrnig.db"
+    for command in (["chats"], ["show", "c1"], ["search", "c1", "sealed"]):
+        refused = run_cli("--url", url, "--keyring", str(typo), *command, cwd=tmp_path, env=env)
+        assert refused.returncode == 3, refused.stderr
+        assert "no keyring at" in refused.stderr
+        assert not typo.exists()
+
+
+def test_migrate_encrypt_and_demo_take_the_keyring_before_the_command_too(
+    tmp_path: Path,
+) -> None:
+    master = secrets.token_bytes(32)
+    env = {**clean_env(), "AGENTCONTEXT_MASTER_KEY": base64.b64encode(master).decode()}
+    url = sqlite_url(tmp_path / "plain.db")
+    keyring = tmp_path / "keys.db"
+    made = run_cli("--url", url, "demo", cwd=tmp_path, env=env)
+    assert made.returncode == 0, made.stderr
+    encrypted = run_cli(
+        "--url", url, "--keyring", str(keyring), "migrate", "encrypt", cwd=tmp_path, env=env
+    )
+    assert encrypted.returncode == 0, encrypted.stderr
+    assert "every chat is sealed" in encrypted.stdout
+    # The demo again, on the database it encrypted: with the keyring it runs, without it not.
+    again = run_cli("--url", url, "demo", "--keyring", str(keyring), cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stderr
+    refused = run_cli("--url", url, "demo", cwd=tmp_path, env=env)
+    assert refused.returncode == 1 and "--keyring" in refused.stderr
+    missing = run_cli("--url", url, "migrate", "encrypt", cwd=tmp_path, env=env)
+    assert missing.returncode == 2 and "--keyring" in missing.stderr

@@ -44,6 +44,7 @@ from agentcontext import (
 from agentcontext.messages import Message
 from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store import ChatUpdate, MessageRecord, SearchResult, SqlContextStore
+from agentcontext.store._rows.sealing import KeyNotHeld
 from tests.conftest import fresh_database, pg_admin_url
 from tests.helpers import chain, run_in_threads
 
@@ -404,8 +405,12 @@ async def test_without_the_provider_or_with_a_wrong_master_key_nothing_reads(
             await store.get_messages("c1")
     other = LocalKeyProvider(secrets.token_bytes(32), tmp_path / "other.db")
     async with other, SqlContextStore(url, encryption=other) as store:
-        with pytest.raises(EncryptionError, match="does not hold"):
+        # Another keyring: it never held (nor destroyed) u1's key, and says so.
+        with pytest.raises(EncryptionError, match="never held") as caught:
             await store.get_messages("c1")
+        assert not isinstance(caught.value, KeyNotHeld)
+        with pytest.raises(EncryptionError, match="never held"):
+            await store.list_chats()  # not listed as damaged: the keyring is wrong
 
 
 async def test_rotation_wraps_every_key_again_and_rewrites_no_message(tmp_path: Path) -> None:
@@ -918,6 +923,8 @@ async def test_a_worker_still_holding_the_master_key_of_before_a_rotation_makes_
         ):
             async with SqlContextStore(store_url, encryption=worker) as store:
                 await _say(store, "c-alice", "alice", "alice's text")
+            # (No recheck of the master key meanwhile, however slowly this runs.)
+            monkeypatch.setattr(encryption, "KEY_RECHECK_SECONDS", 3600.0)
             for provider in (checked, idle):  # (their master key checked, before the rotation)
                 assert await provider.get_data_key("nobody") is None
             assert await admin.rotate(new) == 1
@@ -935,10 +942,9 @@ async def test_a_worker_still_holding_the_master_key_of_before_a_rotation_makes_
                 with pytest.raises(EncryptionError, match=refused):
                     await call()
             # The check of the master key is done again once it is that old (half a minute;
-            # a fifth of a second here): a reader notices the rotation.
-            monkeypatch.setattr(encryption, "KEY_RECHECK_SECONDS", 0.2)
-            assert await idle.get_data_key("nobody") is None
-            await asyncio.sleep(0.3)
+            # at once here): a reader notices the rotation.
+            assert await idle.get_data_key("nobody") is None  # (checked before: not yet)
+            monkeypatch.setattr(encryption, "KEY_RECHECK_SECONDS", 0.0)
             with pytest.raises(EncryptionError, match=refused):
                 await idle.get_data_key("nobody")
             assert await _keyring_rows(keyring_url) == before

@@ -14,6 +14,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import example, given
@@ -295,3 +296,23 @@ def test_bad_tokens_are_refused(bad: str) -> None:
 def test_a_token_that_is_not_a_str_is_refused() -> None:
     with pytest.raises(InvalidTypeError, match="consistency token"):
         MySQLDialect().parse_token(42)
+
+
+async def test_erasure_and_retention_find_what_the_replica_has_not_applied(pair: Pair) -> None:
+    """``erase_user`` and ``prune`` list what they delete on the primary: a chat another
+    process saved a moment ago is deleted too, though the replica has not applied it."""
+    async with SqlContextStore(pair.primary, read_replicas=[pair.replica]) as store:
+        await _save_turn(store, "mine", "one")
+        await pair.caught_up()
+        await pair.pause()
+        async with SqlContextStore(pair.primary) as other:  # another process, no replicas
+            await _save_turn(other, "theirs", "two")
+        later = datetime.now(UTC) + timedelta(days=1)
+        pruned = await store.prune(older_than=later, user_id="u")
+        assert sorted(pruned.chat_ids) == ["mine", "theirs"]
+        async with SqlContextStore(pair.primary) as other:
+            await _save_turn(other, "late", "three")
+        report = await store.erase_user("u")
+        assert report.chat_ids == ["late"]
+    async with SqlContextStore(pair.primary) as primary_only:
+        assert await primary_only.list_chats() == []

@@ -244,6 +244,14 @@ async def open_store(
     if env.keyring is not None:  # an encrypted database: its key provider
         from agentcontext.encryption import LocalKeyProvider
 
+        keyring = sqlite_file(env.keyring) if "://" in env.keyring else Path(env.keyring)
+        if keyring is not None and not keyring.exists():
+            # (A mistyped path would be a new, empty keyring: every chat unreadable, or an
+            # import sealed under keys the real keyring does not have.)
+            raise NotFoundError(
+                f"there is no keyring at {keyring}: check the path (the command line never "
+                "makes a keyring; migrate encrypt, or the library, makes one)"
+            )
         provider = LocalKeyProvider.from_env(env.key_env, keyring=env.keyring)
     try:
         # (The URL and the schema are checked here.)

@@ -6,7 +6,13 @@ import argparse
 import shlex
 from typing import Any
 
-from agentcontext.cli._common import EXIT_OK, Env, hidden_url, new_file_removed_on_error
+from agentcontext.cli._common import (
+    EXIT_OK,
+    KEY_ENV_DEFAULT,
+    Env,
+    hidden_url,
+    new_file_removed_on_error,
+)
 from agentcontext.engine import ContextEngine
 from agentcontext.estimate import Estimate
 from agentcontext.fragments import (
@@ -218,13 +224,21 @@ def explore_commands(url: str, schema: str | None = None) -> list[str]:
 async def _demo(args: argparse.Namespace, env: Env) -> int:
     url = env.url if env.url_explicit else DEMO_URL
     schema = env.schema if env.schema_explicit else None  # never $AGENTCONTEXT_SCHEMA
+    # An encrypted database's keyring only from --keyring (never $AGENTCONTEXT_KEYRING).
+    keyring: str | None = args.keyring
     with new_file_removed_on_error(url):
-        return await _run(env, url, schema)
+        if keyring is None:
+            return await _run(env, url, schema, None)
+        from agentcontext.encryption import LocalKeyProvider
+
+        key_env = args.key_env or KEY_ENV_DEFAULT
+        async with LocalKeyProvider.from_env(key_env, keyring=keyring) as provider:
+            return await _run(env, url, schema, provider)
 
 
-async def _run(env: Env, url: str, schema: str | None) -> int:
+async def _run(env: Env, url: str, schema: str | None, provider: Any) -> int:
     out = env.out
-    async with SqlContextStore(url, schema=schema) as store:
+    async with SqlContextStore(url, schema=schema, encryption=provider) as store:
         await store.delete_chat(DEMO_CHAT)
         context = ContextEngine(
             store=store, chat_id=DEMO_CHAT, user_id=DEMO_USER, metadata={"source": "demo"}

@@ -89,13 +89,14 @@ def register(commands: Any) -> None:
     )
     encrypt.add_argument(
         "--keyring",
-        required=True,
+        default=argparse.SUPPRESS,  # (given before the command name, or $AGENTCONTEXT_KEYRING)
         metavar="K",
-        help="the keyring: a SQLite file path or a database URL (not the data's database)",
+        help="the keyring: a SQLite file path or a database URL (not the data's database; "
+        "made when missing); else $AGENTCONTEXT_KEYRING",
     )
     encrypt.add_argument(
         "--key-env",
-        default="AGENTCONTEXT_MASTER_KEY",
+        default=argparse.SUPPRESS,
         metavar="NAME",
         help="the environment variable holding the base64 master key "
         "(default: AGENTCONTEXT_MASTER_KEY)",
@@ -221,7 +222,12 @@ async def _encrypt(args: argparse.Namespace, env: Env) -> int:
 
     await env.make_store(migrate=False).close()  # the URL and the schema checked first
     _require_database(env)
-    provider = LocalKeyProvider.from_env(args.key_env, keyring=args.keyring)
+    if env.keyring is None:
+        raise InvalidInputError(
+            "migrate encrypt needs the keyring to keep the data keys in: --keyring K (a SQLite "
+            "file path or a database URL other than the data's), or $AGENTCONTEXT_KEYRING"
+        )
+    provider = LocalKeyProvider.from_env(env.key_env, keyring=env.keyring)
     async with provider:
         store = env.make_store(migrate=False, encryption=provider)
         async with store:

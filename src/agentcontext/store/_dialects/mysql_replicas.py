@@ -90,8 +90,9 @@ def replay_position(conn: Connection, domain: Domain) -> int | None:
     if not found:
         return None
     if domain.domain is None:
-        # Nothing written or waited for by this store yet: its reads need no position.
-        return next(iter(found.values()))[1] if len(found) == 1 else 0
+        # Nothing written or waited for by this store yet: its reads need no position (and
+        # none is guessed from a domain that may not be the primary's: positions are kept).
+        return 0
     entry = found.get(domain.domain)
     return 0 if entry is None else entry[1]
 

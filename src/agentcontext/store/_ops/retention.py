@@ -226,7 +226,8 @@ async def delete_matching(
     """Delete the chats with no activity since ``cutoff`` (None: any) of ``user_id`` (None:
     anyone's), whole, a batch at a time (see the module's documentation). The chats deleted
     (newest activity first) and the rows deleted per table."""
-    found = await db.run("read", unit(_candidates, cutoff, user_id))
+    # On the primary: a replica may not have what another process saved a moment ago.
+    found = await db.run("read", unit(_candidates, cutoff, user_id), primary=True)
     total = len(found)
     chats: list[ChatInfo] = []
     counts = dict.fromkeys(TABLES, 0)

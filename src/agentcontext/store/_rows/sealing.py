@@ -178,6 +178,9 @@ class _Key:
 class _Entry:
     key: _Key | None
     loaded_at: float
+    never: bool = False
+    """No key, and the provider says it never destroyed one (``destroyed_at``): not the
+    keyring the user's rows were written with."""
 
 
 _sealers: weakref.WeakSet[KeyedSealer] = weakref.WeakSet()
@@ -306,7 +309,14 @@ class KeyedSealer:
                     key_id=user_id,
                 ) from exc
             key = None if raw is None else self._key(user_id, raw)
-            self._keys[user_id] = _Entry(key, time.monotonic())
+            never = False
+            destroyed_at = getattr(self.provider, "destroyed_at", None)
+            if key is None and not need.create and destroyed_at is not None:
+                try:
+                    never = await destroyed_at(user_id) is None
+                except Exception:  # (only a better message is lost)
+                    never = False
+            self._keys[user_id] = _Entry(key, time.monotonic(), never)
             self._keys.move_to_end(user_id)
         # The keys just loaded stay, however many (a list of more users' chats than the cache
         # holds needs them all at once: evicting some would make it ask again for ever).
@@ -580,6 +590,15 @@ class KeyedSealer:
                 raise KeyNeeded((user_id,), create=False)
             state = "was destroyed (the user was erased)" if key is None else "was replaced"
             where = f"of chat {chat_id!r} " if chat_id else ""
+            if key is None and entry.never:
+                raise EncryptionError(
+                    f"row {row_id!r} {where}(table {table.split('.')[0]}) is sealed under a "
+                    f"data key of user {user_id!r} that the key provider never held (it has "
+                    "no key of that user, and destroyed none): it is not the keyring the data "
+                    "was written with. Give the store the provider (the keyring) the data was "
+                    "written with",
+                    key_id=user_id,
+                )
             raise KeyNotHeld(
                 f"row {row_id!r} {where}(table {table.split('.')[0]}) is sealed under a data "
                 f"key of user {user_id!r}"
