@@ -253,6 +253,20 @@ class LocalKeyProvider:
         """The keyring's URL (password hidden)."""
         return self._url.render_as_string(hide_password=True)
 
+    async def exists(self) -> bool:
+        """Whether the keyring has been made (its tables are there). Nothing is made: a tool
+        that must not start a new keyring (a mistyped path or URL would be an empty one, and
+        every user's key missing) asks this first."""
+        from agentcontext.store.admin import database_file
+
+        path = database_file(self._url.render_as_string(hide_password=False))
+        if path is not None and not path.is_file():
+            return False  # (connecting would make the file)
+        try:
+            return await self._has_tables(self._keyring().engine)
+        except OSError as exc:  # (a server that cannot be reached, say)
+            raise self._failed(exc) from exc
+
     async def get_data_key(self, user_id: str) -> bytes | None:
         """The data key of ``user_id``, or None (never made, or destroyed)."""
         user_id = _check_user(user_id)

@@ -113,3 +113,42 @@ def test_migrate_encrypt_and_demo_take_the_keyring_before_the_command_too(
     assert refused.returncode == 1 and "--keyring" in refused.stderr
     missing = run_cli("--url", url, "migrate", "encrypt", cwd=tmp_path, env=env)
     assert missing.returncode == 2 and "--keyring" in missing.stderr
+
+
+def test_a_keyring_url_of_a_database_without_a_keyring_is_refused(tmp_path: Path) -> None:
+    """A keyring URL naming the wrong (an empty) database: the provider would make a new
+    keyring there, and an import would seal the chat under a key no worker has."""
+    from sqlalchemy import make_url
+
+    from tests.conftest import fresh_database, require_backend
+
+    require_backend("postgres")
+    master, keyring = secrets.token_bytes(32), tmp_path / "keyring.db"
+    url = sqlite_url(tmp_path / "data.db")
+    asyncio.run(_fill(url, master, keyring))
+    env = {**clean_env(), "AGENTCONTEXT_MASTER_KEY": base64.b64encode(master).decode()}
+    export = tmp_path / "c1.json"
+    keys = ("--keyring", str(keyring))
+    assert run_cli("--url", url, *keys, "export", "c1", "-o", str(export), cwd=tmp_path, env=env).returncode == 0  # fmt: skip
+    assert run_cli("--url", url, *keys, "delete", "c1", cwd=tmp_path, env=env).returncode == 0
+    with fresh_database("postgres", "acemptykeys") as empty:
+        for command in (["chats"], ["import", str(export)]):
+            refused = run_cli("--url", url, "--keyring", empty, *command, cwd=tmp_path, env=env)
+            assert refused.returncode == 3, refused.stderr
+            assert "no keyring at" in refused.stderr
+            assert (
+                make_url(empty).password is None or make_url(empty).password not in refused.stderr
+            )
+
+        async def tables() -> list[str]:
+            from sqlalchemy import inspect
+            from sqlalchemy.ext.asyncio import create_async_engine
+
+            engine = create_async_engine(empty)
+            try:
+                async with engine.connect() as conn:
+                    return await conn.run_sync(lambda sync: inspect(sync).get_table_names())
+            finally:
+                await engine.dispose()
+
+        assert asyncio.run(tables()) == []  # no keyring was made there

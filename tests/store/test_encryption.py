@@ -1190,3 +1190,59 @@ async def test_a_keyring_in_the_stores_own_database_is_refused(
             found = await conn.run_sync(tables)
         assert "chats" in found
         assert not {"agentcontext_data_keys", "agentcontext_keyring"} & found
+
+
+async def test_a_store_whose_opening_failed_keeps_no_connection(
+    provider: LocalKeyProvider,
+) -> None:
+    """``async with SqlContextStore(url)`` refused when it opens (here: an encrypted database
+    and no provider) runs no ``__aexit__``: the connections the attempt opened stayed open,
+    one more for each new store a retrying service made. Now they are closed, and the store
+    can be entered again."""
+    import asyncpg
+
+    from tests.conftest import _dsn, require_backend
+
+    require_backend("postgres")
+    with fresh_database("postgres", "acopenfail") as url:
+        async with SqlContextStore(url, encryption=provider) as store:
+            await store.create_chat("c1", user_id="u1", title="sealed")
+            engine = ContextEngine(store=store, chat_id="c1", user_id="u1")
+            engine.set(user("sealed text"))
+            await engine.save()
+        name = url.rsplit("/", 1)[1]
+
+        async def connections() -> int:
+            conn = await asyncpg.connect(_dsn(pg_admin_url()), timeout=5)
+            try:
+                return int(
+                    await conn.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1", name
+                    )
+                )
+            finally:
+                await conn.close()
+
+        kept = []
+        for _ in range(3):
+            plain = SqlContextStore(url)
+            kept.append(plain)  # (not collected: its pool would be)
+            with pytest.raises(EncryptionError, match="encryption="):
+                async with plain:
+                    pass
+            assert await connections() == 0
+        again = kept[0]
+        with pytest.raises(EncryptionError, match="encryption="):
+            async with again:  # entered again: refused the same way, not "closed"
+                pass
+        for store in kept:
+            await store.close()
+
+
+async def test_exists_says_whether_a_keyring_was_made_and_makes_none(tmp_path: Path) -> None:
+    path = tmp_path / "keys.db"
+    async with LocalKeyProvider(secrets.token_bytes(32), path) as provider:
+        assert not await provider.exists()
+        assert not path.exists()  # (asking made no file)
+        await provider.create_data_key("u1")
+        assert await provider.exists()

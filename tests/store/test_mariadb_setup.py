@@ -276,6 +276,17 @@ async def test_a_server_in_oracle_mode_stores_and_reads(url: str) -> None:
         assert texts == ["oracle?", "oracle.", "again?", "again."]
 
 
+async def test_a_server_that_reads_empty_strings_as_null_keeps_them(url: str) -> None:
+    """Under ``EMPTY_STRING_IS_NULL`` an empty title read back as none (SQLite and PostgreSQL
+    give it back): the store's connections leave that mode too."""
+    mode = {"init_command": "SET SESSION sql_mode = 'EMPTY_STRING_IS_NULL,STRICT_TRANS_TABLES'"}
+    async with SqlContextStore(url, connect_args=mode) as store:
+        await store.create_chat("c", user_id="u", title="")
+        found = await store.get_chat("c")
+        assert found is not None and found.title == ""
+        assert [chat.title for chat in await store.list_chats()] == [""]
+
+
 # --- tenants -------------------------------------------------------------------------------------
 
 

@@ -672,3 +672,16 @@ def test_tokens_round_trip(position: int) -> None:
     token = format_token(position)
     assert parse_token(token) == position
     assert parse_token(token.lower()) == position
+
+
+def test_a_replica_wait_of_zero_is_accepted() -> None:
+    """``replica_wait=0`` (never wait for a replica: the primary serves at once) is what the
+    docs offer; it was refused as not positive."""
+    for wait in (0, 0.0, 60):
+        SqlContextStore(
+            "postgresql+asyncpg://postgres@127.0.0.1/x",
+            read_replicas=["postgresql+asyncpg://postgres@127.0.0.1:2/x"],
+            replica_wait=wait,
+        )
+    with pytest.raises(InvalidInputError, match="between 0 and 60"):
+        SqlContextStore("postgresql+asyncpg://postgres@127.0.0.1/x", replica_wait=61)

@@ -244,15 +244,15 @@ async def open_store(
     if env.keyring is not None:  # an encrypted database: its key provider
         from agentcontext.encryption import LocalKeyProvider
 
-        keyring = sqlite_file(env.keyring) if "://" in env.keyring else Path(env.keyring)
-        if keyring is not None and not keyring.exists():
-            # (A mistyped path would be a new, empty keyring: every chat unreadable, or an
-            # import sealed under keys the real keyring does not have.)
-            raise NotFoundError(
-                f"there is no keyring at {keyring}: check the path (the command line never "
-                "makes a keyring; migrate encrypt, or the library, makes one)"
-            )
         provider = LocalKeyProvider.from_env(env.key_env, keyring=env.keyring)
+        if not await provider.exists():
+            # (A mistyped path or URL would be a new, empty keyring: every chat unreadable,
+            # or an import sealed under keys the real keyring does not have.)
+            await provider.aclose()
+            raise NotFoundError(
+                f"there is no keyring at {provider.keyring_url}: check the path or URL (the "
+                "command line never makes a keyring; migrate encrypt, or the library, makes one)"
+            )
     try:
         # (The URL and the schema are checked here.)
         store = env.make_store(migrate="auto" if write else False, encryption=provider)

@@ -515,8 +515,18 @@ class ChatAdmin(Protocol):
         from a URL is disposed; one you passed is not). Safe to call twice."""
 
     async def __aenter__(self) -> Self:
-        await self.initialize()
+        try:
+            await self.initialize()
+        except BaseException:
+            # ``__aexit__`` does not run when entering fails: the connections the failed
+            # opening took are closed here (a service making a new store for each attempt
+            # would run out of them); the store can still be entered again.
+            await self.opening_failed()
+            raise
         return self
+
+    async def opening_failed(self) -> None:  # (optional: nothing held by default)
+        """Called when entering ``async with store`` failed: close what the attempt opened."""
 
     async def __aexit__(
         self,

@@ -422,8 +422,9 @@ class ErasureReport(_Record):
     ``snapshots``, ``snapshot_items``, ``resolve_records``, ``record_messages``, ``blobs``)."""
     erased_at: AwareDatetime
     keys_destroyed: int = 0
-    """Data keys destroyed (1 when the store is encrypted and the user had a key, else 0):
-    copies of the user's rows taken before, backups included, can no longer be read."""
+    """Data keys destroyed (1 when the store is encrypted and the user had a key, else 0;
+    more when a key made for a chat saved while the erasure ran was destroyed too): copies of
+    the user's rows taken before, backups included, can no longer be read."""
 
 
 def chat_cursor(updated_at: datetime, chat_id: str) -> str:

@@ -193,6 +193,10 @@ class SqlContextStore(ContextStore):
     async def close(self) -> None:
         await self.db.close()
 
+    async def opening_failed(self) -> None:
+        if self.db.owns_engine:
+            await self.db.engine.dispose()  # (its pool's connections; the engine stays usable)
+
     def using(self, connection: AsyncConnection) -> AbstractAsyncContextManager[None]:
         """Run this task's store calls in your transaction, inside the block.
 

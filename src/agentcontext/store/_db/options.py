@@ -197,8 +197,10 @@ def _check_seconds(value: object, name: str, *, zero: bool = False) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidTypeError(f"{name} must be a number of seconds, got {v.type_name(value)}")
-    if zero and (not math.isfinite(value) or not 0 <= value <= 60):
-        raise InvalidInputError(f"{name} must be between 0 and 60 seconds, got {value!r}")
+    if zero:
+        if not math.isfinite(value) or not 0 <= value <= 60:
+            raise InvalidInputError(f"{name} must be between 0 and 60 seconds, got {value!r}")
+        return
     if not math.isfinite(value) or value <= 0 or value > 86_400 * 365:
         raise InvalidInputError(f"{name} must be a positive number of seconds, got {value!r}")
 

@@ -85,13 +85,17 @@ def install_hooks(engine: AsyncEngine, command_timeout: float | None) -> None:
             cursor.close()
 
 
+_DROPPED_MODES = frozenset({"ORACLE", "EMPTY_STRING_IS_NULL"})
+
+
 def sql_mode(current: object) -> str:
     """The SQL mode of a store's connection, from the one it opened with (the server's, or
-    the URL's ``init_command``): strict, without zero dates, and without ``ORACLE`` (under
+    the URL's ``init_command``): strict, without zero dates, without ``ORACLE`` (under
     which MariaDB parses another language: the compound statement of an append would not
-    parse); the rest is kept (``ANSI_QUOTES`` as SQLAlchemy found it when it connected)."""
+    parse) and without ``EMPTY_STRING_IS_NULL`` (an empty title would read back as none);
+    the rest is kept (``ANSI_QUOTES`` as SQLAlchemy found it when it connected)."""
     text = current.decode() if isinstance(current, bytes) else str(current or "")
-    modes = [mode for mode in text.split(",") if mode and mode != "ORACLE"]
+    modes = [mode for mode in text.split(",") if mode and mode not in _DROPPED_MODES]
     modes += [mode for mode in ("STRICT_TRANS_TABLES", "NO_ZERO_DATE") if mode not in modes]
     return ",".join(modes)
 
