@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["BINARIES", "PairError", "Server", "ServerPair", "start_pair"]
+__all__ = ["BINARIES", "PairError", "Server", "ServerPair", "start_pair", "start_server"]
 
 BINARIES = Path(os.environ.get("AGENTCONTEXT_MARIADB_BIN", "/usr/sbin"))
 _INSTALL = shutil.which("mariadb-install-db") or "/usr/bin/mariadb-install-db"
@@ -38,7 +38,11 @@ def _free_port() -> int:
 class Server:
     """One server of the pair: its data directory, port and process."""
 
-    def __init__(self, work: Path, name: str, server_id: int, *, binlog: bool) -> None:
+    def __init__(
+        self, work: Path, name: str, server_id: int, *, binlog: bool, packet: str = "64M"
+    ) -> None:
+        self.packet = packet
+        """Its ``max_allowed_packet``."""
         self.data = work / name
         self.socket = work / f"{name}.sock"
         self.log = work / f"{name}.err"
@@ -70,7 +74,7 @@ class Server:
             f"--port={self.port}", "--bind-address=127.0.0.1", f"--socket={self.socket}",
             f"--pid-file={self.data}.pid", f"--log-error={self.log}",
             f"--server-id={self.server_id}", "--skip-name-resolve",
-            "--innodb-buffer-pool-size=32M", "--max-allowed-packet=64M",
+            "--innodb-buffer-pool-size=32M", f"--max-allowed-packet={self.packet}",
             "--innodb-flush-log-at-trx-commit=0", "--sync-binlog=0",
         ]  # fmt: skip
         if self.binlog:
@@ -150,26 +154,56 @@ class ServerPair:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
-def start_pair() -> ServerPair:
-    """Make and start a primary with a binary log and a replica of it."""
+def _work() -> Path:
     for path in (BINARIES / "mariadbd", Path(_INSTALL), Path(_CLIENT)):
         if not path.exists():
             raise PairError(f"{path} is missing (MariaDB server and client binaries)")
-    work = Path(tempfile.mkdtemp(prefix="agentcontext-mariadb-pair-"))
+    work = Path(tempfile.mkdtemp(prefix="agentcontext-mariadb-"))
     work.chmod(0o755)
     if os.geteuid() == 0:
         shutil.chown(work, "mysql", "mysql")  # the servers run as mysql and write here
+    return work
+
+
+def _install(data: Path) -> None:
+    install = [
+        _INSTALL, "--no-defaults", f"--datadir={data}",
+        "--auth-root-authentication-method=normal", "--skip-test-db",
+    ]  # fmt: skip
+    if os.geteuid() == 0:
+        install.append("--user=mysql")
+    done = subprocess.run(install, capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode != 0:
+        raise PairError(f"mariadb-install-db failed: {(done.stderr or done.stdout)[-1500:]}")
+
+
+def start_server(packet: str) -> Server:
+    """Make and start one server of its own whose ``max_allowed_packet`` is ``packet`` (a
+    setting a test needs, which changing on the shared server would impose on every test
+    running meanwhile); `Server.stop` it and remove its ``data.parent`` at the end."""
+    work = _work()
+    server = Server(work, "alone", 1, binlog=False, packet=packet)
+    try:
+        _install(server.data)
+        server.start()
+        server.sql(
+            "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'; "
+            "GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION"
+        )
+    except (PairError, OSError, subprocess.TimeoutExpired) as exc:
+        tail = server.log_tail()
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+        raise PairError(f"{exc} — {tail}") from exc
+    return server
+
+
+def start_pair() -> ServerPair:
+    """Make and start a primary with a binary log and a replica of it."""
+    work = _work()
     pair = ServerPair(work)
     try:
-        install = [
-            _INSTALL, "--no-defaults", f"--datadir={pair.primary.data}",
-            "--auth-root-authentication-method=normal", "--skip-test-db",
-        ]  # fmt: skip
-        if os.geteuid() == 0:
-            install.append("--user=mysql")
-        done = subprocess.run(install, capture_output=True, text=True, timeout=120, check=False)
-        if done.returncode != 0:
-            raise PairError(f"mariadb-install-db failed: {(done.stderr or done.stdout)[-1500:]}")
+        _install(pair.primary.data)
         shutil.copytree(pair.primary.data, pair.replica.data, symlinks=True)
         if os.geteuid() == 0:
             for root, dirs, files in os.walk(work):

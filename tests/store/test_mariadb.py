@@ -25,7 +25,8 @@ from agentcontext import (
 )
 from agentcontext.store._dialects.mysql import PACKET_NEEDED
 from agentcontext.store._dialects.mysql_search import unpack_terms
-from tests.conftest import _my_exec, fresh_mariadb_database, require_mariadb, run_sync
+from tests.conftest import _my_exec, fresh_mariadb_database, require_mariadb
+from tests.store.conftest import SMALL_PACKET
 
 
 @pytest.fixture
@@ -167,20 +168,10 @@ async def test_a_deadlock_is_a_lost_race_run_again(url: str) -> None:
         assert texts == ["before?", "before.", "after?", "after."]
 
 
-@pytest.fixture
-def small_packet(url: str) -> Iterator[int]:
-    """The server allows statements of 4 MiB for the test's new connections."""
-    [[before]] = run_sync(lambda: _my_exec(url, "SELECT @@GLOBAL.max_allowed_packet"))
-    run_sync(lambda: _my_exec(url, f"SET GLOBAL max_allowed_packet = {4 * 2**20}"))
-    try:
-        yield 4 * 2**20
-    finally:
-        run_sync(lambda: _my_exec(url, f"SET GLOBAL max_allowed_packet = {before}"))
-
-
 async def test_a_small_packet_limit_is_named_when_the_store_opens_and_when_it_refuses(
-    url: str, small_packet: int, caplog: pytest.LogCaptureFixture
+    small_packet_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    url, small_packet = small_packet_url, SMALL_PACKET
     with caplog.at_level(logging.WARNING, logger="agentcontext"):
         async with SqlContextStore(url) as store:
             await store.initialize()

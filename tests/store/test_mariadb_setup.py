@@ -33,8 +33,9 @@ from agentcontext.store._dialects.mysql_packet import (
     check_packet,
     literal_size,
 )
-from tests.conftest import _my_exec, fresh_mariadb_database, require_mariadb, run_sync
+from tests.conftest import _my_exec, fresh_mariadb_database, require_mariadb
 from tests.helpers import msg_data, rec
+from tests.store.conftest import SMALL_PACKET
 from tests.store.test_mariadb import turn
 
 
@@ -43,17 +44,6 @@ def url() -> Iterator[str]:
     require_mariadb()
     with fresh_mariadb_database("acsetup") as made:
         yield made
-
-
-@pytest.fixture
-def small_packet(url: str) -> Iterator[int]:
-    """The server allows statements of 4 MiB for the test's new connections."""
-    [[before]] = run_sync(lambda: _my_exec(url, "SELECT @@GLOBAL.max_allowed_packet"))
-    run_sync(lambda: _my_exec(url, f"SET GLOBAL max_allowed_packet = {4 * 2**20}"))
-    try:
-        yield 4 * 2**20
-    finally:
-        run_sync(lambda: _my_exec(url, f"SET GLOBAL max_allowed_packet = {before}"))
 
 
 # --- packets -----------------------------------------------------------------------------------
@@ -70,11 +60,12 @@ def small_packet(url: str) -> Iterator[int]:
 )
 @pytest.mark.parametrize("path", ["statement", "one-by-one", "upsert"])
 async def test_a_statement_is_counted_as_the_driver_sends_it(
-    url: str, small_packet: int, text: str, path: str
+    small_packet_url: str, text: str, path: str
 ) -> None:
     """A message whose JSON fits in the packet but whose statement, as the driver escapes it,
     does not: refused up front with the setting that would take it (the server would drop the
     connection, and the store would report it unreachable), nothing written."""
+    url, small_packet = small_packet_url, SMALL_PACKET
     async with SqlContextStore(url) as store:
         await turn(store, "c", "small")
         if path == "one-by-one":
@@ -106,9 +97,10 @@ async def test_a_statement_is_counted_as_the_driver_sends_it(
         assert [m.text for m in (await fresh.resolve()).messages][-1] == "after"
 
 
-async def test_a_statement_that_fits_as_sent_is_stored(url: str, small_packet: int) -> None:
+async def test_a_statement_that_fits_as_sent_is_stored(small_packet_url: str) -> None:
     """Counted as sent, not refused for more than it takes: control characters up to the
     packet but for the statement's room."""
+    url, small_packet = small_packet_url, SMALL_PACKET
     text = "\x01" * ((small_packet - 100 * 1024) // 7)
     async with SqlContextStore(url) as store:
         engine = ContextEngine(store=store, chat_id="c", user_id="u")
@@ -117,9 +109,12 @@ async def test_a_statement_that_fits_as_sent_is_stored(url: str, small_packet: i
         assert (await engine.get_messages())[0].text == text
 
 
-async def test_a_message_too_large_for_the_server_names_a_larger_setting(url: str) -> None:
-    """At the server's own setting (the suite's: 64M, what the store once asked for), a
-    message of control characters over it is refused naming a setting above it."""
+async def test_a_message_too_large_for_the_server_names_a_larger_setting(
+    small_packet_url: str,
+) -> None:
+    """At the server's own setting, a message of control characters over it is refused
+    naming a setting above it (never the one the server has)."""
+    url = small_packet_url
     [[limit]] = await _my_exec(url, "SELECT @@GLOBAL.max_allowed_packet")
     if limit // 6 > MAX_MESSAGE_BYTES - 100:
         pytest.skip(f"the server takes any message (max_allowed_packet = {limit})")
@@ -133,9 +128,10 @@ async def test_a_message_too_large_for_the_server_names_a_larger_setting(url: st
 
 
 async def test_an_encrypted_store_names_the_setting_it_needs(
-    url: str, small_packet: int, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    small_packet_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Sealed JSON is sent in hexadecimal digits: an encrypted store asks for 256M."""
+    url, small_packet = small_packet_url, SMALL_PACKET
     async with (
         LocalKeyProvider(secrets.token_bytes(32), tmp_path / "keyring.db") as provider,
         SqlContextStore(url, encryption=provider) as store,
@@ -347,3 +343,30 @@ async def test_a_caller_connection_in_the_tenant_database_joins(
     assert texts == ["first?", "first.", f"kept in {tenant}", f"kept in {make_url(url).database}"]
     # The URL's own database holds none of the tenant's rows.
     assert await _my_exec(url, "SHOW TABLES") == []
+
+
+async def test_every_statement_too_large_for_the_server_is_refused_before_it_is_sent(
+    url: str,
+) -> None:
+    """Not only messages: a chat's metadata or a blob over ``max_allowed_packet`` made the
+    server drop the connection, reported as "cannot reach the database". Now the statement
+    is refused before it is sent, naming the setting, and nothing is written. (The store's
+    one connection is told a 4 MiB limit, as a server of that setting would tell it.)"""
+    async with SqlContextStore(url, pool_size=1, max_overflow=0) as store:
+        async with store.engine.connect() as conn:
+            (await conn.get_raw_connection()).info["max_allowed_packet"] = 4 * 2**20
+        calls = {
+            "create_chat": lambda: store.create_chat(
+                "big",
+                user_id="u",
+                metadata={"k": "\x01" * 700_000},  # 6 bytes of JSON each
+            ),
+            "put_blob": lambda: store.put_blob(b"\\" * 3_000_000),  # each byte escaped
+        }
+        for name, call in calls.items():
+            with pytest.raises(InvalidInputError, match="max_allowed_packet") as caught:
+                await call()
+            assert "cannot reach" not in str(caught.value), name
+        assert await store.get_chat("big") is None
+        await store.create_chat("small", user_id="u", metadata={"k": "\x01" * 1000})
+        assert (await store.get_chat("small")) is not None

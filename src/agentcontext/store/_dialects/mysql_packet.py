@@ -15,7 +15,7 @@ JSON writes a control character as ``\\u0001`` (6 bytes), which the driver sends
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from sqlalchemy import Connection
 
@@ -26,6 +26,7 @@ __all__ = [
     "PACKET_NEEDED",
     "PACKET_NEEDED_SEALED",
     "check_packet",
+    "check_statement",
     "literal_size",
     "packet_needed",
     "warn_small_packet",
@@ -105,10 +106,44 @@ def check_packet(
         raise _too_large(size, limit, rows, needed)
 
 
-def _too_large(size: int, limit: int, rows: int, needed: int) -> InvalidInputError:
+def check_statement(conn: Connection, statement: str, parameters: object) -> None:
+    """`check_packet` for any statement the store runs (chat rows, blobs, ...), from its
+    text and its parameters as SQLAlchemy hands them to the driver (``before_cursor_execute``):
+    the statements of messages are counted beforehand, this catches every other one."""
+    limit = conn.info.get("max_allowed_packet")
+    if not isinstance(limit, int):
+        return
+    values = list(_parameter_values(parameters))
+    if _SQL_MARGIN + 4 * len(statement) + sum(map(_most, values)) <= limit:
+        return
+    size = (
+        _SQL_MARGIN
+        + len(statement.encode("utf-8", "surrogatepass"))
+        + sum(map(literal_size, values))
+    )
+    if size > limit:
+        raise _too_large(size, limit, 1, PACKET_NEEDED, what="this statement takes")
+
+
+def _parameter_values(parameters: object) -> Iterator[object]:
+    """The values of a statement's parameters: a tuple or a mapping, or a list of them (a
+    statement run for many rows, which the driver sends as one)."""
+    if isinstance(parameters, Mapping):
+        yield from parameters.values()
+    elif isinstance(parameters, list):
+        for row in parameters:
+            yield from _parameter_values(row)
+    elif isinstance(parameters, tuple):
+        yield from parameters
+
+
+def _too_large(
+    size: int, limit: int, rows: int, needed: int, what: str | None = None
+) -> InvalidInputError:
     setting = -(-size // _MIB)  # in MiB, rounded up: more than the limit
     several = rows > 1
-    what = f"these {rows} messages take" if several else "this message takes"
+    if what is None:
+        what = f"these {rows} messages take" if several else "this message takes"
     if setting * _MIB > PACKET_MAX:
         todo = (
             "no setting of the server takes a statement that large (max_allowed_packet is at "

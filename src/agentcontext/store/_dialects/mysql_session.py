@@ -15,6 +15,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentcontext.errors import InvalidInputError
+from agentcontext.store._dialects.mysql_packet import check_statement
 
 __all__ = ["COMMITTED", "check_connect_args", "install_hooks", "reset"]
 
@@ -67,6 +68,12 @@ def install_hooks(engine: AsyncEngine, command_timeout: float | None) -> None:
     sync_engine.__dict__["_agentcontext_hooks"] = True
     dialect = sync_engine.dialect
     dialect.do_rollback = _skip_committed(dialect.do_rollback)  # type: ignore[method-assign]
+
+    @event.listens_for(sync_engine, "before_cursor_execute")
+    def _check_size(conn: Any, cursor: Any, statement: str, parameters: Any, *_rest: Any) -> None:
+        # A statement over the packet limit is dropped by the server with the connection:
+        # refused here instead, naming the setting (`check_statement`).
+        check_statement(conn, statement, parameters)
 
     @event.listens_for(sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, record: Any) -> None:
