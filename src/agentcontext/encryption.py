@@ -30,6 +30,7 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from inspect import signature as inspect_signature
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -709,7 +710,11 @@ def _keyring_engine(url: URL) -> AsyncEngine:
     whose query the driver cannot take, is refused here, naming what to change."""
     shown = url.render_as_string(hide_password=True)
     try:
-        return create_async_engine(url)
+        engine = create_async_engine(url)
+        unknown = _unknown_arguments(engine)
+        if unknown:
+            raise TypeError(f"the driver takes no argument {', '.join(map(repr, unknown))}")
+        return engine
     except ImportError as exc:
         raise MissingExtraError(
             f"the keyring {shown} needs a driver that is not installed ({exc}); install it, "
@@ -721,6 +726,27 @@ def _keyring_engine(url: URL) -> AsyncEngine:
             "(sqlite+aiosqlite://, postgresql+asyncpg://, mysql+asyncmy://) and check the "
             "URL's query parameters"
         ) from None
+
+
+_ADAPTER_ARGUMENTS = frozenset(
+    {"async_creator_fn", "prepared_statement_cache_size", "prepared_statement_name_func"}
+)
+"""What SQLAlchemy's async adapters take themselves before calling the driver's ``connect``."""
+
+
+def _unknown_arguments(engine: AsyncEngine) -> list[str]:
+    """The names of the URL's query the driver's ``connect()`` does not take (it would fail
+    only at the first connection, with a raw ``TypeError``)."""
+    dialect = engine.sync_engine.dialect
+    connect = getattr(getattr(dialect.loaded_dbapi, dialect.driver, None), "connect", None)
+    try:
+        takes = inspect_signature(connect).parameters if connect is not None else {}
+    except (TypeError, ValueError):
+        return []
+    if not takes or any(p.kind is p.VAR_KEYWORD for p in takes.values()):
+        return []
+    _, given = dialect.create_connect_args(engine.sync_engine.url)
+    return sorted(set(given) - set(takes) - _ADAPTER_ARGUMENTS)
 
 
 def _keyring_url(keyring: object) -> URL:

@@ -1246,3 +1246,24 @@ async def test_exists_says_whether_a_keyring_was_made_and_makes_none(tmp_path: P
         assert not path.exists()  # (asking made no file)
         await provider.create_data_key("u1")
         assert await provider.exists()
+
+
+@pytest.mark.parametrize(
+    "keyring",
+    [
+        "postgresql+asyncpg://postgres@127.0.0.1:1/keys?bogus=1",
+        "mysql+asyncmy://u@127.0.0.1:1/keys?bogus=1",
+        "mysql+aiomysql://u@127.0.0.1:1/keys?sslmode=require",
+    ],
+)
+def test_a_keyring_url_its_driver_cannot_take_is_refused_when_the_provider_is_made(
+    keyring: str,
+) -> None:
+    """Before, the provider was made, and its first key failed with a raw ``TypeError``
+    (``connect() got an unexpected keyword argument``)."""
+    with pytest.raises(InvalidInputError, match="takes no argument"):
+        LocalKeyProvider(secrets.token_bytes(32), keyring)
+    # What the drivers take is accepted (nothing is connected to when the provider is made).
+    for fine in ("postgresql+asyncpg://postgres@127.0.0.1:1/keys?ssl=require",
+                 "mysql+asyncmy://u@127.0.0.1:1/keys?charset=utf8mb4"):  # fmt: skip
+        LocalKeyProvider(secrets.token_bytes(32), fine)
