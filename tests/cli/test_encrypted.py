@@ -152,3 +152,21 @@ def test_a_keyring_url_of_a_database_without_a_keyring_is_refused(tmp_path: Path
                 await engine.dispose()
 
         assert asyncio.run(tables()) == []  # no keyring was made there
+
+
+def test_migrate_encrypt_with_a_new_keyring_on_an_encrypted_database_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The database was encrypted with another keyring: a new one would be made for nothing
+    (its keys open none of the data), and the command said every chat was sealed."""
+    master, keyring = secrets.token_bytes(32), tmp_path / "keyring.db"
+    url = sqlite_url(tmp_path / "data.db")
+    asyncio.run(_fill(url, master, keyring))
+    env = {**clean_env(), "AGENTCONTEXT_MASTER_KEY": base64.b64encode(master).decode()}
+    other = tmp_path / "other-keyring.db"
+    refused = run_cli("--url", url, "migrate", "encrypt", "--keyring", str(other), cwd=tmp_path, env=env)  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    assert "encrypted data already" in refused.stderr
+    assert not other.exists()
+    again = run_cli("--url", url, "migrate", "encrypt", "--keyring", str(keyring), cwd=tmp_path, env=env)  # fmt: skip
+    assert again.returncode == 0, again.stderr

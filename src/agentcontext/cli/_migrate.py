@@ -15,6 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from agentcontext.cli._common import EXIT_OK, Env, new_file_removed_on_error
 from agentcontext.errors import (
+    EncryptionError,
     InvalidInputError,
     SchemaOutdatedError,
 )
@@ -229,6 +230,8 @@ async def _encrypt(args: argparse.Namespace, env: Env) -> int:
         )
     provider = LocalKeyProvider.from_env(env.key_env, keyring=env.keyring)
     async with provider:
+        if not await provider.exists():
+            await _refuse_encrypted(env, provider.keyring_url)
         store = env.make_store(migrate=False, encryption=provider)
         async with store:
             with env.out.progress("encrypting chats") as progress:
@@ -240,6 +243,23 @@ async def _encrypt(args: argparse.Namespace, env: Env) -> int:
         style="green",
     )
     return EXIT_OK
+
+
+async def _refuse_encrypted(env: Env, keyring: str) -> None:
+    """A keyring not made yet is for a plain database: one whose data is sealed already was
+    encrypted with another keyring, whose keys a new one cannot have (it would be made for
+    nothing, and every chat reported sealed)."""
+    plain = env.make_store(migrate=False)
+    try:
+        await plain.initialize()  # refuses a database whose newest message is sealed
+    except EncryptionError:
+        raise InvalidInputError(
+            f"{env.where} holds encrypted data already, and there is no keyring at {keyring}: "
+            "it was encrypted with another keyring. Give migrate encrypt the keyring (and the "
+            "master key) its data was written with, to seal what is still plain"
+        ) from None
+    finally:
+        await plain.close()
 
 
 async def _downgrade(args: argparse.Namespace, env: Env) -> int:
