@@ -258,15 +258,19 @@ class LocalKeyProvider:
         """Whether the keyring has been made (its tables are there). Nothing is made: a tool
         that must not start a new keyring (a mistyped path or URL would be an empty one, and
         every user's key missing) asks this first."""
-        from agentcontext.store.admin import database_file
-
-        path = database_file(self._url.render_as_string(hide_password=False))
-        if path is not None and not path.is_file():
-            return False  # (connecting would make the file)
+        # Connecting to a file database makes the file: one that was not there before and
+        # is empty after is taken away again.
+        database = self._url.database
+        file = Path(database) if database and not database.startswith(":") else None
+        there = file is not None and file.exists()
         try:
             return await self._has_tables(self._keyring().engine)
         except OSError as exc:  # (a server that cannot be reached, say)
             raise self._failed(exc) from exc
+        finally:
+            if file is not None and not there and file.is_file() and not file.stat().st_size:
+                await self.aclose()  # (its connection first)
+                file.unlink(missing_ok=True)
 
     async def get_data_key(self, user_id: str) -> bytes | None:
         """The data key of ``user_id``, or None (never made, or destroyed)."""

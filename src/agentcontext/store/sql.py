@@ -180,12 +180,8 @@ class SqlContextStore(ContextStore):
     def __del__(self) -> None:
         db = self.__dict__.get("_db")
         if db is not None and db.ready and not db.closed and db.owns_engine:
-            warnings.warn(
-                f"{self!r} was never closed; use 'async with' or await store.close()",
-                ResourceWarning,
-                source=self,
-                stacklevel=1,
-            )
+            message = f"{self!r} was never closed; use 'async with' or await store.close()"
+            warnings.warn(message, ResourceWarning, source=self, stacklevel=1)
 
     async def initialize(self) -> None:
         await self.db.initialize()
@@ -194,8 +190,7 @@ class SqlContextStore(ContextStore):
         await self.db.close()
 
     async def opening_failed(self) -> None:
-        if self.db.owns_engine:
-            await self.db.engine.dispose()  # (its pool's connections; the engine stays usable)
+        await self.db.release()
 
     def using(self, connection: AsyncConnection) -> AbstractAsyncContextManager[None]:
         """Run this task's store calls in your transaction, inside the block.

@@ -418,6 +418,12 @@ class Database:
 
     # --- closing ----------------------------------------------------------------------------
 
+    async def release(self) -> None:
+        """After a failed opening: the connections of an engine the store made are closed
+        (nothing else would close them); the engine stays usable, and so does the store."""
+        if self._owns_engine:
+            await self.engine.dispose()
+
     async def close(self) -> None:
         """Wait for units still running, then dispose the engine if the store made it."""
         if self._closed:
