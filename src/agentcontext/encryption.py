@@ -30,7 +30,6 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from inspect import signature as inspect_signature
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -52,6 +51,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, InvalidRequestError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from agentcontext._drivers import unknown_arguments
 from agentcontext.errors import (
     EncryptionError,
     InvalidInputError,
@@ -715,7 +715,7 @@ def _keyring_engine(url: URL) -> AsyncEngine:
     shown = url.render_as_string(hide_password=True)
     try:
         engine = create_async_engine(url)
-        unknown = _unknown_arguments(engine)
+        unknown, _, _ = unknown_arguments(engine, {})
         if unknown:
             raise TypeError(f"the driver takes no argument {', '.join(map(repr, unknown))}")
         return engine
@@ -730,27 +730,6 @@ def _keyring_engine(url: URL) -> AsyncEngine:
             "(sqlite+aiosqlite://, postgresql+asyncpg://, mysql+asyncmy://) and check the "
             "URL's query parameters"
         ) from None
-
-
-_ADAPTER_ARGUMENTS = frozenset(
-    {"async_creator_fn", "prepared_statement_cache_size", "prepared_statement_name_func"}
-)
-"""What SQLAlchemy's async adapters take themselves before calling the driver's ``connect``."""
-
-
-def _unknown_arguments(engine: AsyncEngine) -> list[str]:
-    """The names of the URL's query the driver's ``connect()`` does not take (it would fail
-    only at the first connection, with a raw ``TypeError``)."""
-    dialect = engine.sync_engine.dialect
-    connect = getattr(getattr(dialect.loaded_dbapi, dialect.driver, None), "connect", None)
-    try:
-        takes = inspect_signature(connect).parameters if connect is not None else {}
-    except (TypeError, ValueError):
-        return []
-    if not takes or any(p.kind is p.VAR_KEYWORD for p in takes.values()):
-        return []
-    _, given = dialect.create_connect_args(engine.sync_engine.url)
-    return sorted(set(given) - set(takes) - _ADAPTER_ARGUMENTS)
 
 
 def _keyring_url(keyring: object) -> URL:

@@ -6,7 +6,6 @@ the pool).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +13,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agentcontext._drivers import unknown_arguments
 from agentcontext.errors import InvalidInputError
 from agentcontext.store._dialects.mysql_packet import check_statement
 
@@ -141,26 +141,14 @@ def check_connect_args(engine: AsyncEngine, url: URL, connect_args: Mapping[str,
                 + ("the URL's query" if where != "connect_args" else "connect_args")
                 + " (the store sets utf8mb4), or set it to utf8mb4"
             )
-    if "async_creator_fn" in connect_args:
-        return  # (a connect function of the caller's)
-    dialect = engine.sync_engine.dialect
-    connect = getattr(getattr(dialect.loaded_dbapi, dialect.driver, None), "connect", None)
-    try:
-        takes = inspect.signature(connect).parameters if connect is not None else {}
-    except (TypeError, ValueError):
-        return
-    if not takes or any(p.kind is p.VAR_KEYWORD for p in takes.values()):
-        return
-    _, params = dialect.create_connect_args(engine.url)
-    for where, names in (
-        (f"the URL {shown}", sorted(set(params) - set(takes) - set(connect_args))),
-        ("connect_args", sorted(set(connect_args) - set(takes))),
-    ):
+    from_url, from_args, takes = unknown_arguments(engine, connect_args)
+    driver = engine.sync_engine.dialect.driver
+    for where, names in ((f"the URL {shown}", from_url), ("connect_args", from_args)):
         if names:
             drop = "the URL's query" if where != "connect_args" else "connect_args"
             raise InvalidInputError(
-                f"{where} passes {', '.join(map(repr, names))} to the {dialect.driver} driver, "
+                f"{where} passes {', '.join(map(repr, names))} to the {driver} driver, "
                 f"whose connect() does not take {'it' if len(names) == 1 else 'them'}; remove "
                 f"{'it' if len(names) == 1 else 'them'} from {drop} (it takes: "
-                f"{', '.join(sorted(takes))})"
+                f"{', '.join(takes)})"
             )

@@ -10,7 +10,6 @@ only, checked exactly in Python; concurrent migrations are serialised by an advi
 
 from __future__ import annotations
 
-import inspect
 import re
 import shlex
 import uuid
@@ -43,6 +42,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.schema import CreateSchema
 
+from agentcontext._drivers import unknown_arguments
 from agentcontext.errors import ContextError, InvalidInputError, StoreError, StoreUnavailableError
 from agentcontext.store._db.schema import SEARCH_HASHES_INDEX
 from agentcontext.store._db.schema import chats as C
@@ -505,32 +505,20 @@ def _refuse_libpq_options(url: URL, connect_args: Mapping[str, Any]) -> None:
     )
 
 
-_ADAPTER_ARGUMENTS = frozenset(
-    {"async_creator_fn", "prepared_statement_cache_size", "prepared_statement_name_func"}
-)
-"""What SQLAlchemy's asyncpg adapter takes itself before calling ``asyncpg.connect``."""
-
-
 def _refuse_unknown_arguments(
     engine: AsyncEngine, url: URL, connect_args: Mapping[str, Any]
 ) -> None:
-    """Refuse, when the store is made, a URL query or ``connect_args`` name ``asyncpg.connect``
-    does not take (``?bogus=1``): it would fail only when the first connection opens, as a
-    raw ``TypeError``."""
-    if "async_creator_fn" in connect_args:
-        return  # (a connect function of the caller's)
-    import asyncpg
-
-    takes = set(inspect.signature(asyncpg.connect).parameters) | _ADAPTER_ARGUMENTS
-    dialect = engine.sync_engine.dialect
-    _, given = dialect.create_connect_args(engine.sync_engine.url)
-    unknown = sorted((set(given) | set(connect_args)) - takes)
+    """Refuse, when the store is made, a URL query or ``connect_args`` name asyncpg's
+    ``connect()`` does not take (``?bogus=1``): it would fail only when the first connection
+    opens, as a raw ``TypeError``."""
+    from_url, from_args, takes = unknown_arguments(engine, connect_args)
+    unknown = sorted({*from_url, *from_args})
     if unknown:
         shown = url.render_as_string(hide_password=True)
         raise InvalidInputError(
             f"the asyncpg driver takes no argument {', '.join(map(repr, unknown))} (from the "
-            f"query of the URL {shown} or connect_args): remove it; asyncpg.connect() takes "
-            f"{', '.join(sorted(takes - _ADAPTER_ARGUMENTS - {'loop', 'dsn'}))}"
+            f"query of the URL {shown} or connect_args): remove it; asyncpg's connect() "
+            f"takes {', '.join(takes)}"
         )
 
 
