@@ -413,6 +413,58 @@ async def test_without_the_provider_or_with_a_wrong_master_key_nothing_reads(
             await store.list_chats()  # not listed as damaged: the keyring is wrong
 
 
+async def test_a_database_an_encrypted_store_opened_is_refused_by_a_plain_one_even_empty(
+    backend: str, store_url: str, provider: LocalKeyProvider
+) -> None:
+    # The database remembers that an encrypted store opened it, so a store without a key
+    # provider (a worker whose keyring setting is missing) writes nothing there in the clear,
+    # even before the first sealed row, or after the last one was deleted.
+    async with SqlContextStore(store_url, encryption=provider) as store:
+        await store.list_chats()
+    refused = "database is encrypted.*encryption="
+    plain = SqlContextStore(store_url)
+    with pytest.raises(EncryptionError, match=refused):
+        await plain.create_chat("clear", user_id="u1", title="in the clear")
+    await plain.close()
+    async with SqlContextStore(store_url, encryption=provider) as store:
+        engine = ContextEngine(store=store, chat_id="c1", user_id="u1")
+        engine.set(user("sealed text"))
+        await engine.save()
+        assert (await store.erase_user("u1")).chat_ids == ["c1"]
+        assert await store.list_chats() == []
+    plain = SqlContextStore(store_url)
+    with pytest.raises(EncryptionError, match=refused):
+        await plain.create_chat("clear", user_id="u2", title="in the clear")
+    await plain.close()
+    async with SqlContextStore(store_url, encryption=provider) as store:
+        assert await store.list_chats() == []  # the plain store wrote nothing
+        # Stores opened at once mark the database once, and none of them fails for it.
+        others = [SqlContextStore(store_url, encryption=provider) for _ in range(3)]
+        await asyncio.gather(*(other.initialize() for other in others))
+        for other in others:
+            await other.close()
+
+
+async def test_a_database_sealed_before_it_could_say_so_is_still_refused(
+    tmp_path: Path, provider: LocalKeyProvider
+) -> None:
+    # A database encrypted before the setting existed (here: the setting taken away) is
+    # known by its newest message.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+    async with SqlContextStore(url, encryption=provider) as store:
+        engine = ContextEngine(store=store, chat_id="c1", user_id="u1")
+        engine.set(user("sealed text"))
+        await engine.save()
+    engine_ = create_async_engine(url)
+    async with engine_.begin() as conn:
+        await conn.execute(text("DELETE FROM agentcontext_settings"))
+    await engine_.dispose()
+    plain = SqlContextStore(url)
+    with pytest.raises(EncryptionError, match="holds encrypted data.*no key provider"):
+        await plain.list_chats()
+    await plain.close()
+
+
 async def test_rotation_wraps_every_key_again_and_rewrites_no_message(tmp_path: Path) -> None:
     old, new = secrets.token_bytes(32), secrets.token_bytes(32)
     url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"

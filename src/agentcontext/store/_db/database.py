@@ -187,13 +187,15 @@ class Database:
             if self._ready:
                 return
             await self._prepare(self)
-            await self._run_unit("read", self._opened, False)
+            if await self._run_unit("read", self._opened, False):
+                await self._run_unit("write", self.dialect.mark_sealed, False)
             self._ready = True
 
-    def _opened(self, conn: Connection) -> None:
-        """The dialect's checks of a database a store first uses."""
+    def _opened(self, conn: Connection) -> bool:
+        """The dialect's checks of a database a store first uses; whether the database is
+        still to be marked as encrypted."""
         self.dialect.on_open(conn)
-        self.dialect.check_sealing(conn)
+        return self.dialect.check_sealing(conn)
 
     # --- units of work ----------------------------------------------------------------------
 

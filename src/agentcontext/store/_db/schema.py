@@ -40,6 +40,7 @@ from agentcontext._validate import dumps, loads
 from agentcontext.store._rows.decode import damaged_json, damaged_time
 
 __all__ = [
+    "SEALING",
     "SEARCH_HASHES_INDEX",
     "VERSION_TABLE",
     "Base",
@@ -52,6 +53,7 @@ __all__ = [
     "ResolveRecordRow",
     "SnapshotItemRow",
     "SnapshotRow",
+    "StoreSettingRow",
     "UTCDateTime",
 ]
 
@@ -417,6 +419,20 @@ class RecordMessageRow(Base):
     __table_args__ = (Index("ix_record_messages_blob_hash", "blob_hash"),)
 
 
+class StoreSettingRow(Base):
+    """What the database itself must remember about the stores that use it, by name: today
+    ``sealing`` (`SEALING`), written when an encrypted store first opens the database, so that
+    a store without a key provider refuses it even while it holds no sealed row."""
+
+    __tablename__ = "agentcontext_settings"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(255))
+
+
+SEALING = "sealing"
+"""The setting an encrypted store writes (its value: the format of its sealed values)."""
+
 chats = cast(Table, ChatRow.__table__)
 messages = cast(Table, MessageRow.__table__)
 branches = cast(Table, BranchRow.__table__)
@@ -426,3 +442,4 @@ snapshots = cast(Table, SnapshotRow.__table__)
 snapshot_items = cast(Table, SnapshotItemRow.__table__)
 resolve_records = cast(Table, ResolveRecordRow.__table__)
 record_messages = cast(Table, RecordMessageRow.__table__)
+store_settings = cast(Table, StoreSettingRow.__table__)

@@ -32,13 +32,15 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentcontext._validate import loads
-from agentcontext.errors import ContextError, InvalidInputError
+from agentcontext.errors import ContextError, EncryptionError, InvalidInputError
 from agentcontext.store._db import tokens
+from agentcontext.store._db.schema import SEALING
 from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
+from agentcontext.store._db.schema import store_settings as S
 from agentcontext.store._rows.codec import MessageRow
 from agentcontext.store._rows.decode import damaged_json
-from agentcontext.store._rows.sealing import PLAIN, Sealer
+from agentcontext.store._rows.sealing import PLAIN, SEALED_FORMAT, Sealer
 from agentcontext.store._rows.terms import ScopedTerms
 
 __all__ = [
@@ -188,17 +190,37 @@ class Dialect(abc.ABC):
         """Once, when a store first uses the database: check the server's settings (log what
         should change; refuse only what cannot work)."""
 
-    def check_sealing(self, conn: Connection) -> None:
+    def check_sealing(self, conn: Connection) -> bool:
         """Once, when a store first uses the database: a store without a key provider refuses
-        (`EncryptionError`) a database whose newest message is sealed, before it writes any
-        text there in the clear (an encrypted store's rows are all sealed)."""
+        (`EncryptionError`) a database an encrypted store has opened (its ``sealing``
+        setting) or whose newest message is sealed (one sealed before the setting existed),
+        before it writes any text there in the clear. Returns whether the database still has
+        to be marked as encrypted (`mark_sealed`): an encrypted store's first opening."""
+        marked = conn.execute(select(S.c.value).where(S.c.name == SEALING)).scalar_one_or_none()
         if self.sealer.encrypted:
-            return
+            return marked is None
+        if marked is not None:
+            raise EncryptionError(
+                "the database is encrypted (an encrypted store has opened it) and this store "
+                "has no key provider: open it with SqlContextStore(url, encryption=<the key "
+                "provider the data was written with>) (on the command line: --keyring K "
+                "--key-env NAME)"
+            )
         newest = conn.execute(
             select(M.c.chat_id, M.c.id, self.raw_json(M.c.data)).order_by(M.c.seq.desc()).limit(1)
         ).first()
         if newest is not None:
             self.sealer.open_json(newest[2], M.name, newest[0], newest[1])
+        return False
+
+    def mark_sealed(self, conn: Connection) -> None:
+        """Record in the database that it is encrypted (`check_sealing`), once."""
+        if conn.execute(select(S.c.value).where(S.c.name == SEALING)).first() is None:
+            conn.execute(self.insert_if_absent(S).values(name=SEALING, value=SEALED_FORMAT))
+
+    def insert_if_absent(self, table: Table) -> Any:
+        """An INSERT that leaves a row whose key exists already as it is."""
+        return self.insert(table).on_conflict_do_nothing()
 
     def is_transient(self, exc: BaseException) -> bool:
         """Whether a failed unit of work may simply run again: the server rolled it back to

@@ -292,6 +292,11 @@ class MySQLDialect(Dialect):
     def insert(self, table: Table) -> Any:
         return mysql.insert(table)
 
+    def insert_if_absent(self, table: Table) -> Any:
+        insert = mysql.insert(table)
+        key = table.primary_key.columns[0].name
+        return insert.on_duplicate_key_update({key: insert.inserted[key]})
+
     def insert_blobs(self, table: Table) -> Any:
         # Touch an existing row (it stays locked until the writer's transaction ends, so a
         # concurrent garbage collection cannot delete it).

@@ -38,6 +38,7 @@ from agentcontext.store._rows.terms import forget_search_key
 
 __all__ = [
     "PLAIN",
+    "SEALED_FORMAT",
     "is_sealed",
     "is_sealed_json",
     "KeyNeeded",
@@ -49,6 +50,8 @@ __all__ = [
 ]
 
 PREFIX = "acenc1."
+SEALED_FORMAT = "acenc1 aes-256-gcm"
+"""What an encrypted store records as the database's ``sealing`` setting: its values' format."""
 _BLOB_PREFIX = b"\x00" + PREFIX.encode()
 """A sealed blob's first bytes (NUL first: text content never starts so)."""
 _JSON_PREFIX = '"' + PREFIX
