@@ -421,7 +421,7 @@ async def test_a_database_an_encrypted_store_opened_is_refused_by_a_plain_one_ev
     # even before the first sealed row, or after the last one was deleted.
     async with SqlContextStore(store_url, encryption=provider) as store:
         await store.list_chats()
-    refused = "database is encrypted.*encryption="
+    refused = r"database is encrypted.*encryption="
     plain = SqlContextStore(store_url)
     with pytest.raises(EncryptionError, match=refused):
         await plain.create_chat("clear", user_id="u1", title="in the clear")
@@ -460,9 +460,44 @@ async def test_a_database_sealed_before_it_could_say_so_is_still_refused(
         await conn.execute(text("DELETE FROM agentcontext_settings"))
     await engine_.dispose()
     plain = SqlContextStore(url)
-    with pytest.raises(EncryptionError, match="holds encrypted data.*no key provider"):
+    with pytest.raises(EncryptionError, match=r"holds encrypted data.*no key provider"):
         await plain.list_chats()
     await plain.close()
+
+
+async def test_a_role_that_may_only_read_opens_a_database_not_yet_marked(
+    provider: LocalKeyProvider,
+) -> None:
+    # A viewer's read-only role cannot record that the database is encrypted: its store opens
+    # all the same (the newest message says so) and reads.
+    with fresh_database("postgres", "acro") as url:
+        async with SqlContextStore(url, encryption=provider) as store:
+            engine = ContextEngine(store=store, chat_id="c1", user_id="u1")
+            engine.set(user("sealed text"))
+            await engine.save()
+        role = f"acro_{uuid.uuid4().hex[:8]}"
+        admin = create_async_engine(url)
+        try:
+            async with admin.begin() as conn:
+                await conn.execute(text("DELETE FROM agentcontext_settings"))
+                await conn.execute(text(f"CREATE ROLE {role} LOGIN"))
+                await conn.execute(text(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"))
+            reader = make_url(url).set(username=role).render_as_string(hide_password=False)
+            async with SqlContextStore(reader, encryption=provider, migrate=False) as store:
+                texts = [m.data["parts"][0]["text"] for m in await store.get_messages("c1")]
+                assert texts == ["sealed text"]
+            async with admin.connect() as conn:
+                marks = (await conn.execute(text("SELECT * FROM agentcontext_settings"))).all()
+                assert marks == []
+            plain = SqlContextStore(url)
+            with pytest.raises(EncryptionError, match="no key provider"):
+                await plain.list_chats()
+            await plain.close()
+        finally:
+            async with admin.begin() as conn:
+                await conn.execute(text(f"DROP OWNED BY {role}"))
+                await conn.execute(text(f"DROP ROLE {role}"))
+            await admin.dispose()
 
 
 async def test_rotation_wraps_every_key_again_and_rewrites_no_message(tmp_path: Path) -> None:

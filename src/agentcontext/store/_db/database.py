@@ -28,6 +28,7 @@ Guarantees kept here, once for the whole store:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import random
 from collections.abc import Callable, Collection
@@ -188,7 +189,10 @@ class Database:
                 return
             await self._prepare(self)
             if await self._run_unit("read", self._opened, False):
-                await self._run_unit("write", self.dialect.mark_sealed, False)
+                # A role that may only read (a viewer's) cannot record it; the database is
+                # then known by its newest message, as before the setting existed.
+                with contextlib.suppress(ContextError):
+                    await self._run_unit("write", self.dialect.mark_sealed, False)
             self._ready = True
 
     def _opened(self, conn: Connection) -> bool:
