@@ -28,7 +28,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -351,7 +351,20 @@ class LocalKeyProvider:
         refuses to read or make keys, with an `EncryptionError` saying to restart it with the
         new master key; none makes a key wrapped under the old one."""
         new = _Master.of(_check_key(new_master_key, "new_master_key"))
+        # The rotation runs to its end in a task of its own: a caller cancelled (a timeout)
+        # once its transaction may have committed must not leave the keyring under the new
+        # master key and this provider under the old one. Calling again with the same key
+        # after a cancellation wraps the keys again under it and returns the same count.
+        task = asyncio.ensure_future(self._rotate(new))
+        task.add_done_callback(_retrieved)
+        return await asyncio.shield(task)
+
+    async def _rotate(self, new: _Master) -> int:
         engine = await self._open()
+        async with self._keyring().rotating:  # (a retry waits for the rotation it retries)
+            return await self._rotate_now(engine, new)
+
+    async def _rotate_now(self, engine: AsyncEngine, new: _Master) -> int:
         old = await self._verify(engine, force=True)
         count = 0
         try:
@@ -703,10 +716,18 @@ class LocalKeyProvider:
 
 @dataclass(frozen=True, slots=True)
 class _Keyring:
-    """The keyring's engine in one event loop, and the lock of its table's creation there."""
+    """The keyring's engine in one event loop, the lock of its table's creation there, and
+    the lock that has this provider's rotations of that loop run one at a time."""
 
     engine: AsyncEngine
     lock: asyncio.Lock
+    rotating: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A task's outcome taken, so that one whose caller stopped waiting is not reported."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _keyring_engine(url: URL) -> AsyncEngine:

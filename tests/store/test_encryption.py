@@ -14,6 +14,7 @@ import base64
 import contextlib
 import importlib.util
 import os
+import random
 import secrets
 import shutil
 import subprocess
@@ -619,6 +620,36 @@ async def test_first_keys_of_many_users_made_at_once(backend: str, tmp_path: Pat
             renewed = await provider.create_data_key(users[0])
             assert renewed not in made and await provider.destroyed_at(users[0]) is None
             assert await provider.get_data_key(users[0]) == renewed
+
+
+async def test_a_rotation_cut_short_by_a_timeout_leaves_keyring_and_provider_agreeing(
+    backend: str, tmp_path: Path
+) -> None:
+    """A caller that stops waiting for `rotate` (a timeout) at any moment: the rotation
+    finishes or fails as a whole, and the provider holds the master key the keyring is
+    under. Calling again with the same key wraps the keys again and returns the same count."""
+    rng = random.Random(secrets.randbits(32))
+    with contextlib.ExitStack() as stack:
+        if backend == "sqlite":
+            keyring = str(tmp_path / "rotated-keyring.db")
+        else:
+            keyring = stack.enter_context(fresh_database(backend, "ackeys"))
+        master = secrets.token_bytes(32)
+        async with LocalKeyProvider(master, keyring) as provider:
+            keys = {f"u{index}": await provider.create_data_key(f"u{index}") for index in range(6)}
+            for _ in range(12):
+                new = secrets.token_bytes(32)
+                try:
+                    counted = await asyncio.wait_for(provider.rotate(new), rng.uniform(0, 0.02))
+                except TimeoutError:
+                    counted = await provider.rotate(new)  # the same call, once more
+                assert counted == len(keys)
+                master = new
+                async with LocalKeyProvider(master, keyring) as fresh:
+                    for name, key in keys.items():
+                        assert await fresh.get_data_key(name) == key
+                assert await provider.create_data_key("late") is not None
+                await provider.destroy_data_key("late")
 
 
 async def test_a_new_keyring_opened_by_many_providers_at_once(backend: str, tmp_path: Path) -> None:
