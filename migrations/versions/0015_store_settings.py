@@ -38,15 +38,17 @@ def _table() -> sa.Table:
     """The table as it is at this revision."""
     context = op.get_context()
     options: dict[str, str] = {}
-    if context.dialect.name in MYSQL:
+    key_name: str | None = "pk_agentcontext_settings"
+    if context.dialect.name in MYSQL:  # (a primary key has no name of its own there)
         collation = "utf8mb4_nopad_bin" if context.dialect.is_mariadb else "utf8mb4_0900_bin"
         options = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": collation}
+        key_name = None
     return sa.Table(
         "agentcontext_settings",
         sa.MetaData(),
         sa.Column("name", sa.String(64), nullable=False),
         sa.Column("value", sa.String(255), nullable=False),
-        sa.PrimaryKeyConstraint("name", name="pk_agentcontext_settings"),
+        sa.PrimaryKeyConstraint("name", name=key_name),
         **options,
     )
 

@@ -42,6 +42,7 @@ from agentcontext import (
     assistant_text,
     user,
 )
+from agentcontext._validate import dumps
 from agentcontext.messages import Message
 from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store import ChatUpdate, MessageRecord, SearchResult, SqlContextStore
@@ -271,6 +272,83 @@ async def test_a_value_moved_to_another_row_does_not_open(
         infos = {info.id: info for info in await store.list_chats()}
         assert infos["b"].damaged is not None and infos["b"].title is None
         assert infos["a"].title == "title of a"
+
+
+async def write_behind(backend: str, store_url: str, statement: str, **values: Any) -> None:
+    """Run ``statement`` on the database behind the store's back (a writer outside it)."""
+    direct = make_url(store_url)
+    if backend == "pgbouncer":  # past the pooler, straight to the server
+        direct = direct.set(port=5432).difference_update_query(["pgbouncer"])
+    engine = create_async_engine(direct)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text(statement), values)
+    finally:
+        await engine.dispose()
+
+
+async def test_a_value_replaced_by_text_in_the_clear_is_corrupt_not_the_users_text(
+    backend: str, store_url: str, provider: LocalKeyProvider
+) -> None:
+    # A database an encrypted store made holds no value in the clear: one found there was
+    # written behind the store's back, and is never shown as what the user wrote.
+    async with SqlContextStore(store_url, encryption=provider) as store:
+        await store.create_chat("c1", user_id="u1", title="sealed title")
+        engine = ContextEngine(store=store, chat_id="c1", user_id="u1")
+        engine.set(user("sealed text", id="m1"))
+        await engine.save()
+        forged = dumps({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "FORGED"}]})
+        cast = "CAST(:data AS json)" if backend in ("postgres", "pgbouncer") else ":data"
+        await write_behind(
+            backend, store_url, f"UPDATE messages SET data = {cast} WHERE id = 'm1'", data=forged
+        )
+        await write_behind(backend, store_url, "UPDATE chats SET title = 'FORGED' WHERE id = 'c1'")
+    async with SqlContextStore(store_url, encryption=provider) as store:
+        with pytest.raises(CorruptDataError, match="in the clear") as caught:
+            await store.get_messages("c1")
+        assert caught.value.row_id == "m1"
+        with pytest.raises(CorruptDataError, match="in the clear"):
+            await ContextEngine(store=store, chat_id="c1", user_id="u1").resolve()
+        with pytest.raises(CorruptDataError, match="in the clear"):
+            await store.get_chat("c1")
+        [listed] = await store.list_chats()
+        assert listed.title is None and listed.damaged is not None
+
+
+async def test_once_migrate_encrypt_has_finished_a_value_in_the_clear_is_corrupt(
+    tmp_path: Path, provider: LocalKeyProvider
+) -> None:
+    # Until `migrate encrypt` finishes, chats it has not reached read in the clear; after
+    # it, the database says every value is sealed, and one in the clear is corrupt. What a
+    # store without a key provider wrote meanwhile is sealed by running it again.
+    from agentcontext.store.admin import encrypt_in_place
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+    async with SqlContextStore(url) as plain:
+        engine = ContextEngine(store=plain, chat_id="c1", user_id="u1")
+        engine.set(user("plain text", id="m1"))
+        await engine.save()
+        sealed = SqlContextStore(url, encryption=provider)
+        assert [r.data["parts"][0]["text"] for r in await sealed.get_messages("c1")] == [
+            "plain text"
+        ]  # (a database being encrypted: plain chats read as they are)
+        late = ContextEngine(store=plain, chat_id="c2", user_id="u2")  # opened before
+        await encrypt_in_place(sealed)
+        late.set(user("written in the clear after the run", id="m2"))
+        await late.save()
+        with pytest.raises(CorruptDataError, match="in the clear"):
+            await sealed.get_messages("c2")
+        assert (await encrypt_in_place(sealed)).chats == 1
+        texts = [r.data["parts"][0]["text"] for r in await sealed.get_messages("c2")]
+        assert texts == ["written in the clear after the run"]
+        assert [r.data["parts"][0]["text"] for r in await sealed.get_messages("c1")] == [
+            "plain text"
+        ]
+        await sealed.close()
+    await write_behind("sqlite", url, "UPDATE chats SET title = 'FORGED' WHERE id = 'c1'")
+    async with SqlContextStore(url, encryption=provider) as store:
+        with pytest.raises(CorruptDataError, match="in the clear"):
+            await store.get_chat("c1")
 
 
 async def test_a_value_moved_within_a_chain_is_named_by_a_chain_load(

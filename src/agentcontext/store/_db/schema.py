@@ -41,6 +41,7 @@ from agentcontext.store._rows.decode import damaged_json, damaged_time
 
 __all__ = [
     "SEALING",
+    "SEALING_COMPLETE",
     "SEARCH_HASHES_INDEX",
     "VERSION_TABLE",
     "Base",
@@ -432,6 +433,10 @@ class StoreSettingRow(Base):
 
 SEALING = "sealing"
 """The setting an encrypted store writes (its value: the format of its sealed values)."""
+SEALING_COMPLETE = "sealing_complete"
+"""The setting that says every value of the database is sealed (its value: when that was
+recorded): an encrypted store's first opening of an empty database, or the end of a
+`migrate encrypt` run. From then on a value in the clear is a `CorruptDataError`."""
 
 chats = cast(Table, ChatRow.__table__)
 messages = cast(Table, MessageRow.__table__)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import copy
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal, Protocol, Self
 
 from sqlalchemy import (
@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agentcontext._validate import loads
 from agentcontext.errors import ContextError, EncryptionError, InvalidInputError
 from agentcontext.store._db import tokens
-from agentcontext.store._db.schema import SEALING
+from agentcontext.store._db.schema import SEALING, SEALING_COMPLETE
 from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
 from agentcontext.store._db.schema import store_settings as S
@@ -194,12 +194,14 @@ class Dialect(abc.ABC):
         """Once, when a store first uses the database: a store without a key provider refuses
         (`EncryptionError`) a database an encrypted store has opened (its ``sealing``
         setting) or whose newest message is sealed (one sealed before the setting existed),
-        before it writes any text there in the clear. Returns whether the database still has
-        to be marked as encrypted (`mark_sealed`): an encrypted store's first opening."""
-        marked = conn.execute(select(S.c.value).where(S.c.name == SEALING)).scalar_one_or_none()
+        before it writes any text there in the clear. An encrypted store learns whether every
+        value is sealed (``sealing_complete``: a value in the clear is then corrupt). Returns
+        whether the database still has to be marked as encrypted (`mark_sealed`)."""
+        settings = dict(conn.execute(select(S.c.name, S.c.value)).all())
         if self.sealer.encrypted:
-            return marked is None
-        if marked is not None:
+            self.sealer.whole = SEALING_COMPLETE in settings
+            return SEALING not in settings
+        if SEALING in settings:
             raise EncryptionError(
                 "the database is encrypted (an encrypted store has opened it) and this store "
                 "has no key provider: open it with SqlContextStore(url, encryption=<the key "
@@ -213,10 +215,18 @@ class Dialect(abc.ABC):
             self.sealer.open_json(newest[2], M.name, newest[0], newest[1])
         return False
 
-    def mark_sealed(self, conn: Connection) -> None:
-        """Record in the database that it is encrypted (`check_sealing`), once."""
-        if conn.execute(select(S.c.value).where(S.c.name == SEALING)).first() is None:
+    def mark_sealed(self, conn: Connection, *, complete: bool | None = None) -> None:
+        """Record in the database that it is encrypted (`check_sealing`), and with
+        ``complete`` that every value of it is sealed (None: when it holds no chat yet)."""
+        settings = dict(conn.execute(select(S.c.name, S.c.value)).all())
+        if SEALING not in settings:
             conn.execute(self.insert_if_absent(S).values(name=SEALING, value=SEALED_FORMAT))
+        if complete is None:
+            complete = conn.execute(select(C.c.id).limit(1)).first() is None
+        if complete and SEALING_COMPLETE not in settings:
+            when = datetime.now(UTC).isoformat()
+            conn.execute(self.insert_if_absent(S).values(name=SEALING_COMPLETE, value=when))
+        self.sealer.whole = self.sealer.whole or complete
 
     def insert_if_absent(self, table: Table) -> Any:
         """An INSERT that leaves a row whose key exists already as it is."""

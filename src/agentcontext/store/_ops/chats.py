@@ -297,23 +297,28 @@ def list_chats(
             infos.append(_rows.build(ChatInfo, fields))
         except CorruptDataError as exc:
             _log.warning("%s", exc)
-            infos.append(_damaged_info(row, counts, str(exc)))
+            infos.append(_damaged_info(row, counts, str(exc), dialect.sealer.whole))
         except KeyNotHeld as exc:  # (a restored backup's chat of an erased user, say)
             _log.warning("%s", exc)
-            infos.append(_damaged_info(row, counts, str(exc)))
+            infos.append(_damaged_info(row, counts, str(exc), dialect.sealer.whole))
         except EncryptionError as exc:
             if not sealed_ok:
                 raise
-            infos.append(_damaged_info(row, counts, str(exc)))
+            infos.append(_damaged_info(row, counts, str(exc), dialect.sealer.whole))
     return infos
 
 
 _EPOCH = datetime.fromtimestamp(0, UTC)
 
 
-def _damaged_info(row: Any, counts: dict[str, int], reason: str) -> ChatInfo:
+def _damaged_info(row: Any, counts: dict[str, int], reason: str, sealed: bool) -> ChatInfo:
+    """A damaged row as listed: what of it reads, but no title or metadata in the clear from a
+    database whose values are all ``sealed`` (they were not written by the store)."""
+
     def readable(value: Any, kind: type) -> Any:
-        return value if isinstance(value, kind) else None
+        return (
+            None if sealed and kind is not datetime else value if isinstance(value, kind) else None
+        )
 
     return _rows.build(
         ChatInfo,

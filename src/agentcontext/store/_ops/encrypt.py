@@ -12,7 +12,10 @@ moves, so engines of other
 processes read the chat again.
 
 Until a run finishes, the chats it has not reached are plain: they read as before, but an
-encrypted store's search does not find their messages (their terms are unkeyed).
+encrypted store's search does not find their messages (their terms are unkeyed). When it
+finishes, the database records that every value is sealed (``sealing_complete``): from then on
+a value found in the clear is a `CorruptDataError` (altered, or written by a store without a
+key provider; running `migrate encrypt` again seals what such a store wrote).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ async def encrypt_in_place(
     ``progress(done, total)`` is called after each chat."""
     if not dialect.sealer.encrypted:
         raise AssertionError("encrypt_in_place needs a store with a key provider")
+    dialect.sealer.whole = False  # (until the run ends, plain values are what it seals)
     total = int(await db.run("read", unit(_count)))
     done = chats = messages = snapshots = records = 0
     after = ""
@@ -82,9 +86,15 @@ async def encrypt_in_place(
             await asyncio.sleep(0)  # let writers of this process take their turn
         after = page[-1][0]
     deleted = await _snapshots.collect_garbage_retrying(db)
+    # Every chat is sealed: from now on a value in the clear is corrupt, never shown as text.
+    await db.run("write", unit(_sealed_whole, dialect))
     return EncryptReport(
         chats=chats, messages=messages, snapshots=snapshots, records=records, blobs_deleted=deleted
     )
+
+
+def _sealed_whole(conn: Connection, dialect: Dialect) -> None:
+    dialect.mark_sealed(conn, complete=True)
 
 
 def _count(conn: Connection) -> int:

@@ -85,7 +85,12 @@ def chat_owners(conn: Connection, dialect: Dialect, chat_ids: Iterable[str]) -> 
         return {}
     ids = sorted(set(chat_ids))
     rows = conn.execute(select(C.c.id, C.c.user_id, C.c.metadata).where(C.c.id.in_(ids)))
-    owners = {str(row[0]): str(row[1]) for row in rows if is_sealed(row[2])}
+    owners = {}
+    for row in rows:
+        if is_sealed(row[2]):
+            owners[str(row[0])] = str(row[1])
+        else:  # (a corrupt chat once every value of the database is sealed)
+            dialect.sealer.refuse_plain("chats.metadata", str(row[0]), str(row[0]))
     dialect.sealer.require(set(owners.values()))
     return owners
 

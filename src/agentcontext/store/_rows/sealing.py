@@ -87,9 +87,13 @@ class PlainSealer:
     database is encrypted and the store was opened without its key provider."""
 
     encrypted = False
+    whole = False
 
     def seal_json(self, text: str, user_id: str, table: str, chat_id: str, row_id: str) -> str:
         return text
+
+    def refuse_plain(self, table: str, chat_id: str, row_id: str) -> None:
+        return None
 
     def seal_text(
         self, text: str | None, user_id: str, table: str, chat_id: str, row_id: str
@@ -218,6 +222,11 @@ class KeyedSealer:
         self._keys: OrderedDict[str, _Entry] = OrderedDict()
         self._erasing: dict[str, int] = {}
         """Users being erased (`erasing`), with how many erasures of each are running."""
+        self.whole = False
+        """Whether every value of the database is sealed (its ``sealing`` setting says so):
+        a value in the clear is then a `CorruptDataError`, never text shown as the user's.
+        Until then (a database `migrate encrypt` has not finished) plain values read as they
+        are."""
         _sealers.add(self)
 
     # --- keys ------------------------------------------------------------------------------
@@ -387,6 +396,7 @@ class KeyedSealer:
         """A stored blob's content opened (a plain one, stored before `migrate encrypt`,
         as it is)."""
         if raw[:8] != _BLOB_PREFIX:
+            self.refuse_plain("blobs", "", address)
             return raw
         return self._open_binary(raw, "blobs", "", address)
 
@@ -440,6 +450,8 @@ class KeyedSealer:
                 return self._open_binary(raw, table, chat_id, row_id)
         elif isinstance(raw, str) and raw[:8] == _JSON_PREFIX:
             return self._open(raw.strip()[1:-1].encode("ascii", "replace"), table, chat_id, row_id)
+        if raw is not None:
+            self.refuse_plain(table, chat_id, row_id)
         return raw  # a plain value: written before `migrate encrypt` reached it
 
     def open_value(self, value: Any, table: str, chat_id: str, row_id: str) -> Any:
@@ -448,6 +460,8 @@ class KeyedSealer:
             from agentcontext._validate import loads
 
             return loads(self._open(value.encode("ascii", "replace"), table, chat_id, row_id))
+        if value is not None:
+            self.refuse_plain(table, chat_id, row_id)
         return value
 
     def open_text(self, value: Any, table: str, chat_id: str, row_id: str) -> Any:
@@ -455,7 +469,22 @@ class KeyedSealer:
         if isinstance(value, str) and value.startswith(PREFIX):
             opened = self._open(value.encode("ascii", "replace"), table, chat_id, row_id)
             return opened.decode()
+        if value is not None:
+            self.refuse_plain(table, chat_id, row_id)
         return value
+
+    def refuse_plain(self, table: str, chat_id: str, row_id: str) -> None:
+        """A value of a row found in the clear: a `CorruptDataError` once the whole database
+        is sealed (`whole`)."""
+        if self.whole:
+            raise _corrupt(
+                table,
+                chat_id,
+                row_id,
+                "it holds a value in the clear in an encrypted database (a store without a key "
+                "provider wrote it, which `agentcontext migrate encrypt` seals, or it was "
+                "altered)",
+            )
 
     def open_chain(self, ids: list[str], raws: list[Any], table: str, chat_id: str) -> list[Any]:
         """`open_json` of the rows of one chat at once (a chain load): the first value sealed
