@@ -98,6 +98,11 @@ class KeyProvider(Protocol):
         """Destroy the data key of ``user_id`` for good; whether there was one."""
         ...
 
+    # Optional: a provider that keeps keys in memory defines ``forget_cached_key(user_id) ->
+    # None`` (not async); a store calls it when the key it holds may be stale (another
+    # process may have erased the user and made a new key), so that the next ask reads
+    # afresh. `LocalKeyProvider` has it.
+
 
 def key_fingerprint(key: bytes) -> str:
     """A short, one-way name of a key (16 hex digits): tells keys apart without revealing them."""
@@ -285,6 +290,12 @@ class LocalKeyProvider:
         if row is None or row[0] is None:
             return None
         return self._remember(user_id, self._unwrap(user_id, row[0], row[1]))
+
+    def forget_cached_key(self, user_id: str) -> None:
+        """Drop the unwrapped key of ``user_id`` from memory: the next ask reads the keyring
+        (a store calls it when a key it was given is not the one a value names, or has been
+        held for long: another process may have erased the user and made a new key)."""
+        self._cache.pop(user_id, None)
 
     async def create_data_key(self, user_id: str) -> bytes:
         """The data key of ``user_id``, made and kept if it has none (a destroyed key is

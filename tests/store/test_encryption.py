@@ -817,6 +817,31 @@ async def test_bad_providers_and_keys_are_refused(tmp_path: Path) -> None:
         assert "secret" not in str(caught.value)
 
 
+class NoKeyMade:
+    """A provider whose ``create_data_key`` returns None (a bug of a provider of one's own)."""
+
+    async def get_data_key(self, user_id: str) -> bytes | None:
+        return None
+
+    async def create_data_key(self, user_id: str) -> bytes:
+        return None  # type: ignore[return-value]
+
+    async def destroy_data_key(self, user_id: str) -> bool:
+        return False
+
+
+async def test_a_provider_that_makes_no_key_is_named_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+    async with SqlContextStore(url, encryption=NoKeyMade()) as store:
+        engine = ContextEngine(store=store, chat_id="c1", user_id="u1")
+        engine.set(user("text"))
+        with pytest.raises(EncryptionError, match="returned None from create_data_key"):
+            await engine.save()
+        assert await store.list_chats() == []
+
+
 class FlakyProvider:
     """A provider whose keys live in ``inner`` and that fails while ``down``."""
 
@@ -970,13 +995,17 @@ class _SavingAtDestroy(LocalKeyProvider):
 async def test_chats_saved_while_a_user_is_erased_do_not_outlive_the_key(
     store_url: str, tmp_path: Path
 ) -> None:
-    """A chat of the user saved while ``erase_user`` runs (by another store of the process, or
-    by this one) is deleted too, or refused: none is left behind sealed under the destroyed
-    key, unreadable, and ``list_chats`` lists nothing damaged. Before, such a chat stayed."""
+    """A chat of the user saved while ``erase_user`` runs (by a store of another process, by
+    another store of the process with the same key provider, or by this one) is deleted too,
+    or refused: none is left behind sealed under the destroyed key, unreadable, and
+    ``list_chats`` lists nothing damaged. Before, such a chat stayed."""
+    master = secrets.token_bytes(32)
     async with (
-        _SavingAtDestroy(secrets.token_bytes(32), tmp_path / "keyring.db") as provider,
+        _SavingAtDestroy(master, tmp_path / "keyring.db") as provider,
+        LocalKeyProvider(master, tmp_path / "keyring.db") as elsewhere,  # another process's
         SqlContextStore(store_url, encryption=provider) as store,
-        SqlContextStore(store_url, encryption=provider) as other,
+        SqlContextStore(store_url, encryption=provider) as sibling,
+        SqlContextStore(store_url, encryption=elsewhere) as other,
     ):
         for chat_id, who in (("old", "alice"), ("warm", "alice"), ("b", "bob")):
             engine = ContextEngine(store=other if chat_id == "warm" else store, chat_id=chat_id,
@@ -993,11 +1022,13 @@ async def test_chats_saved_while_a_user_is_erased_do_not_outlive_the_key(
         stop = asyncio.Event()
         refused: list[str] = []
 
-        async def writer() -> None:  # this store's own saves meanwhile: refused, or deleted
+        async def writer(saver: SqlContextStore, name: str) -> None:
+            # The saves of stores with the erasing store's provider meanwhile: refused, or
+            # deleted.
             turn = 0
             while not stop.is_set():
                 turn += 1
-                engine = ContextEngine(store=store, chat_id=f"mine-{turn}", user_id="alice")
+                engine = ContextEngine(store=saver, chat_id=f"{name}-{turn}", user_id="alice")
                 engine.set(user("typing"))
                 try:
                     await engine.save()
@@ -1005,15 +1036,18 @@ async def test_chats_saved_while_a_user_is_erased_do_not_outlive_the_key(
                     refused.append(str(exc))
                 await asyncio.sleep(0)
 
-        task = asyncio.create_task(writer())
+        tasks = [
+            asyncio.create_task(writer(store, "mine")),
+            asyncio.create_task(writer(sibling, "sib")),
+        ]
         await asyncio.sleep(0.01)
         report = await store.erase_user("alice")
         stop.set()
-        await task
+        await asyncio.gather(*tasks)
         assert "late" in report.chat_ids and "old" in report.chat_ids
         assert report.keys_destroyed >= 1
-        assert all("being erased" in reason for reason in refused)
-        for reader in (store, other):
+        assert refused and all("being erased" in reason for reason in refused)
+        for reader in (store, sibling, other):
             chats = await reader.list_chats()
             assert not [chat.id for chat in chats if chat.damaged], "a chat outlived its key"
             assert "b" in [chat.id for chat in chats]

@@ -69,9 +69,14 @@ another process may have made it meanwhile."""
 class KeyNeeded(Exception):
     """A unit of work needs data keys the sealer does not hold: fetch them, run it again."""
 
-    def __init__(self, user_ids: Iterable[str], *, create: bool, wanted: int = 0) -> None:
+    def __init__(
+        self, user_ids: Iterable[str], *, create: bool, wanted: int = 0, fresh: bool = False
+    ) -> None:
         self.user_ids = frozenset(user_ids)
         self.create = create
+        self.fresh = fresh
+        """The keys held are stale (aged, or not the ones a value names): a provider that
+        keeps keys in memory is told to read them again (`forget_cached_key`)."""
         self.wanted = max(wanted, len(self.user_ids))
         """How many keys the unit needs at once, those held included (kept when loading)."""
         super().__init__(f"data keys needed for {sorted(self.user_ids)!r}")
@@ -191,6 +196,9 @@ class _Entry:
 
 
 _sealers: weakref.WeakSet[KeyedSealer] = weakref.WeakSet()
+_erasing: dict[tuple[int, str], int] = {}
+"""Users being erased in this process (`KeyedSealer.erasing`), by key provider (its ``id``),
+with how many erasures of each are running."""
 
 
 def forget_key_everywhere(user_id: str) -> None:
@@ -220,8 +228,6 @@ class KeyedSealer:
         """Whether JSON columns take a sealed value as bytes (`Dialect.binary_sealed_json`)."""
         self._cache_keys = cache_keys
         self._keys: OrderedDict[str, _Entry] = OrderedDict()
-        self._erasing: dict[str, int] = {}
-        """Users being erased (`erasing`), with how many erasures of each are running."""
         self.whole = False
         """Whether every value of the database is sealed (its ``sealing`` setting says so):
         a value in the clear is then a `CorruptDataError`, never text shown as the user's.
@@ -239,20 +245,22 @@ class KeyedSealer:
 
     @contextlib.contextmanager
     def erasing(self, user_id: str) -> Iterator[None]:
-        """While ``erase_user`` runs: nothing of ``user_id`` is sealed (no key made or used),
-        so no chat of theirs saved meanwhile by this store outlives their key unreadable."""
-        self._erasing[user_id] = self._erasing.get(user_id, 0) + 1
+        """While ``erase_user`` runs: nothing of ``user_id`` is sealed (no key made or used)
+        by any store of the process that has this store's key provider, so no chat of theirs
+        saved meanwhile there outlives their key unreadable."""
+        held = (id(self.provider), user_id)
+        _erasing[held] = _erasing.get(held, 0) + 1
         try:
             yield
         finally:
-            self._erasing[user_id] -= 1
-            if not self._erasing[user_id]:
-                del self._erasing[user_id]
+            _erasing[held] -= 1
+            if not _erasing[held]:
+                del _erasing[held]
 
     def _refuse_erasing(self, user_id: str) -> None:
-        if user_id in self._erasing:
+        if (id(self.provider), user_id) in _erasing:
             raise EncryptionError(
-                f"user {user_id!r} is being erased (erase_user is running in this store): "
+                f"user {user_id!r} is being erased (erase_user is running in this process): "
                 "nothing of theirs can be written until it returns, and their chats are deleted",
                 key_id=user_id,
             )
@@ -267,7 +275,7 @@ class KeyedSealer:
         ):
             # (Held that long: asked for again, so that a key another process destroyed
             # since, erasing the user, seals nothing more.)
-            raise KeyNeeded((user_id,), create=True)
+            raise KeyNeeded((user_id,), create=True, fresh=entry is not None)
         return entry.key
 
     def require(self, user_ids: Iterable[str]) -> None:
@@ -285,14 +293,14 @@ class KeyedSealer:
         nothing of theirs is stored)."""
         entry = self._entry(user_id)
         if entry is None or (entry.key is None and _stale(entry)):
-            raise KeyNeeded((user_id,), create=False)
+            raise KeyNeeded((user_id,), create=False, fresh=entry is not None)
         return None if entry.key is None else entry.key.search_key
 
     async def ensure(self, user_ids: Iterable[str]) -> None:
         """Hold the keys of ``user_ids`` (made if they have none): for rows prepared before
         their unit of work runs."""
         now = time.monotonic()
-        for user_id in self._erasing.keys() & set(user_ids):
+        for user_id in user_ids:
             self._refuse_erasing(user_id)
         missing = [
             u
@@ -307,6 +315,8 @@ class KeyedSealer:
     async def load(self, need: KeyNeeded) -> None:
         """Fetch (or, for a write, make) the keys ``need`` names."""
         for user_id in sorted(need.user_ids):
+            if need.fresh:
+                self._forget_at_provider(user_id)
             try:
                 if need.create:
                     raw = await self.provider.create_data_key(user_id)
@@ -320,6 +330,13 @@ class KeyedSealer:
                     f"of user {user_id!r}: {type(exc).__name__}: {exc}",
                     key_id=user_id,
                 ) from exc
+            if raw is None and need.create:
+                raise EncryptionError(
+                    f"the key provider {type(self.provider).__name__} returned None from "
+                    f"create_data_key for user {user_id!r}: it must return the user's data key "
+                    "(32 random bytes, made if the user has none)",
+                    key_id=user_id,
+                )
             key = None if raw is None else self._key(user_id, raw)
             never = False
             destroyed_at = getattr(self.provider, "destroyed_at", None)
@@ -412,10 +429,18 @@ class KeyedSealer:
         return self._owners.get(chat_id)
 
     def forget(self, user_id: str) -> None:
-        """Drop the key of ``user_id`` (it was destroyed)."""
+        """Drop the key of ``user_id`` (it was destroyed), here and in the provider's memory."""
         entry = self._keys.pop(user_id, None)
         if entry is not None and entry.key is not None:
             forget_search_key(entry.key.search_key)
+        self._forget_at_provider(user_id)
+
+    def _forget_at_provider(self, user_id: str) -> None:
+        """Have a provider that keeps keys in memory read ``user_id``'s again when next asked
+        (the optional ``forget_cached_key`` of a `KeyProvider`)."""
+        forget = getattr(self.provider, "forget_cached_key", None)
+        if callable(forget):
+            forget(user_id)
 
     # --- values ----------------------------------------------------------------------------
 
@@ -619,7 +644,7 @@ class KeyedSealer:
         key = entry.key
         if key is None or (fingerprint is not None and key.fingerprint != fingerprint):
             if _stale(entry):
-                raise KeyNeeded((user_id,), create=False)
+                raise KeyNeeded((user_id,), create=False, fresh=True)
             state = "was destroyed (the user was erased)" if key is None else "was replaced"
             where = f"of chat {chat_id!r} " if chat_id else ""
             if key is None and entry.never:
