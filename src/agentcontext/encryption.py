@@ -136,9 +136,13 @@ def _check_user(user_id: object) -> str:
     return user_id
 
 
+KEYRING_TABLE = "agentcontext_data_keys"
+"""The keyring's table of wrapped data keys: a store refuses a database that holds it (the
+keyring must not be in the data's database)."""
+
 _metadata = MetaData()
 _KEYS = Table(
-    "agentcontext_data_keys",
+    KEYRING_TABLE,
     _metadata,
     Column("user_id", String(255, collation=None), primary_key=True),
     Column("wrapped", LargeBinary, nullable=True),

@@ -1422,6 +1422,40 @@ async def test_a_keyring_in_the_stores_own_database_is_refused(
         assert not {"agentcontext_data_keys", "agentcontext_keyring"} & found
 
 
+async def test_a_store_opened_on_its_keyrings_database_is_refused_before_it_writes(
+    backend: str, tmp_path: Path
+) -> None:
+    """A provider already in use (its keyring made) given to a store on the keyring's own
+    database: the store refuses the database when it opens, before its tables are made there
+    (the provider's own check ran once, when no store was there yet)."""
+    with contextlib.ExitStack() as stack:
+        if backend == "sqlite":
+            keyring = f"sqlite+aiosqlite:///{tmp_path / 'keyring.db'}"
+        else:
+            keyring = stack.enter_context(fresh_database(backend, "ackeys"))
+        async with LocalKeyProvider(secrets.token_bytes(32), keyring) as provider:
+            data = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+            async with SqlContextStore(data, encryption=provider) as elsewhere:
+                await _say(elsewhere, "c1", "u1", "hello")
+            store = SqlContextStore(keyring, encryption=provider)
+            with pytest.raises(InvalidInputError, match="holds a keyring") as caught:
+                await store.list_chats()
+            assert isinstance(caught.value, EncryptionError)
+            await store.close()
+            assert await provider.get_data_key("u1") is not None  # the keyring still works
+
+            def tables(sync: Any) -> set[str]:
+                from sqlalchemy import inspect
+
+                return set(inspect(sync).get_table_names())
+
+            engine = create_async_engine(keyring)
+            async with engine.connect() as conn:
+                found = await conn.run_sync(tables)
+            await engine.dispose()
+            assert found == {"agentcontext_data_keys", "agentcontext_keyring"}
+
+
 async def test_a_store_whose_opening_failed_keeps_no_connection(
     provider: LocalKeyProvider,
 ) -> None:

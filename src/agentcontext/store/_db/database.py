@@ -40,6 +40,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
+from agentcontext.encryption import KEYRING_TABLE, KeyringInStoreError
 from agentcontext.errors import (
     ChatBusyError,
     ContextError,
@@ -187,6 +188,14 @@ class Database:
         async with self._init_lock:
             if self._ready:
                 return
+            if self.dialect.sealer.encrypted and await self._run_unit(
+                "read", self.dialect.holds_keyring, False
+            ):
+                raise KeyringInStoreError(
+                    f"the database at {self.url} holds a keyring (the table "
+                    f"{KEYRING_TABLE}): a copy of the data would carry the keys that open it. "
+                    "Keep the keyring in a database of its own, and the store's data elsewhere"
+                )
             await self._prepare(self)
             if await self._run_unit("read", self._opened, False):
                 # A role that may only read (a viewer's) cannot record it; the database is

@@ -25,6 +25,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     delete,
+    inspect,
     select,
     update,
 )
@@ -227,6 +228,14 @@ class Dialect(abc.ABC):
             when = datetime.now(UTC).isoformat()
             conn.execute(self.insert_if_absent(S).values(name=SEALING_COMPLETE, value=when))
         self.sealer.whole = self.sealer.whole or complete
+
+    def holds_keyring(self, conn: Connection) -> bool:
+        """Whether the database holds a `LocalKeyProvider`'s keyring (its table of keys), in
+        its default schema or the store's."""
+        from agentcontext.encryption import KEYRING_TABLE
+
+        inspector = inspect(conn)
+        return any(inspector.has_table(KEYRING_TABLE, schema) for schema in {None, self.schema})
 
     def insert_if_absent(self, table: Table) -> Any:
         """An INSERT that leaves a row whose key exists already as it is."""
