@@ -579,6 +579,38 @@ async def test_a_role_that_may_only_read_opens_a_database_not_yet_marked(
             await admin.dispose()
 
 
+async def test_search_with_a_keyring_not_the_datas_says_so_instead_of_finding_nothing(
+    backend: str, store_url: str, tmp_path: Path
+) -> None:
+    master = secrets.token_bytes(32)
+    async with (
+        LocalKeyProvider(master, tmp_path / "keyring.db") as provider,
+        SqlContextStore(store_url, encryption=provider) as store,
+    ):
+        await _say(store, "a1", "alice", "alice zebra")
+        await _say(store, "b1", "bob", "bob zebra")
+        assert (await store.erase_user("bob")).keys_destroyed == 1
+    async with (
+        LocalKeyProvider(master, tmp_path / "another-keyring.db") as other,
+        SqlContextStore(store_url, encryption=other) as store,
+    ):
+        for call in (
+            lambda: store.search_messages("a1", "zebra"),
+            lambda: store.search_user_messages("alice", "zebra"),
+        ):
+            with pytest.raises(EncryptionError, match="never held"):
+                await call()
+        # Nothing to find is still nothing: a user with no chat.
+        assert await store.search_user_messages("carol", "zebra") == []
+    async with (
+        LocalKeyProvider(master, tmp_path / "keyring.db") as provider,
+        SqlContextStore(store_url, encryption=provider) as store,
+    ):
+        # The right keyring: an erased user has nothing to find.
+        assert await store.search_user_messages("bob", "zebra") == []
+        assert [hit.message.chat_id for hit in await store.search_messages("a1", "zebra")] == ["a1"]
+
+
 async def test_rotation_wraps_every_key_again_and_rewrites_no_message(tmp_path: Path) -> None:
     old, new = secrets.token_bytes(32), secrets.token_bytes(32)
     url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"

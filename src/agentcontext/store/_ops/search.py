@@ -15,16 +15,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select
 
 from agentcontext import _validate as v
+from agentcontext.errors import EncryptionError
 from agentcontext.store._db.database import Database
+from agentcontext.store._db.schema import chats as C
 from agentcontext.store._dialects import Dialect
 from agentcontext.store._ops import chats as _chats
 from agentcontext.store._rows import decode as _rows
 from agentcontext.store._rows import text as _text
 from agentcontext.store._rows import tokenizer as _tokenizer
 from agentcontext.store._rows.codec import checked_data
+from agentcontext.store._rows.sealing import is_sealed
 from agentcontext.store._rows.terms import query_terms
 from agentcontext.store.records import SearchResult
 
@@ -64,6 +67,8 @@ def search(
     def keyed(owner: str | None) -> list[SearchResult]:
         search_key = None if owner is None else sealer.search_key(owner)
         if search_key is None:
+            if owner is not None and sealer.never_held(owner):
+                _refuse_a_keyring_not_the_datas(conn, scope, scope_id, owner)
             return []  # an unknown chat, or a user with no key: nothing of theirs is stored
         return _search(conn, dialect, scope, scope_id, query, roles, limit, search_key, prepared)
 
@@ -80,6 +85,24 @@ def search(
         if actual != hinted:
             found = keyed(actual)
     return found
+
+
+def _refuse_a_keyring_not_the_datas(
+    conn: Connection, scope: Literal["chat", "user"], scope_id: str, owner: str
+) -> None:
+    """A user whose key the provider never held nor destroyed: if the scope holds sealed chats
+    of theirs, the provider is not the one the data was written with (an `EncryptionError`,
+    as a read says), not a scope with nothing to find."""
+    wanted = C.c.id == scope_id if scope == "chat" else C.c.user_id == owner
+    found = conn.execute(select(C.c.metadata).where(wanted).limit(1)).first()
+    if found is not None and is_sealed(found[0]):
+        raise EncryptionError(
+            f"the chats of user {owner!r} are sealed under a data key that the key provider "
+            "never held (it has no key of that user, and destroyed none): it is not the "
+            "keyring the data was written with. Give the store the provider (the keyring) the "
+            "data was written with",
+            key_id=owner,
+        )
 
 
 def _search(

@@ -126,6 +126,9 @@ class PlainSealer:
     def search_key(self, user_id: str) -> bytes | None:
         return None
 
+    def never_held(self, user_id: str) -> bool:
+        return False
+
     def blob_address(self, user_id: str, digest: str, *, write: bool) -> str:
         return digest
 
@@ -287,6 +290,12 @@ class KeyedSealer:
             for user_id in wanted - missing:
                 self._keys.move_to_end(user_id)  # (needed: the last to be dropped)
             raise KeyNeeded(missing, create=False, wanted=len(wanted))
+
+    def never_held(self, user_id: str) -> bool:
+        """Whether the provider has no key of ``user_id`` and says it destroyed none (as last
+        asked): rows of theirs sealed under a key are then not this provider's data."""
+        entry = self._keys.get(user_id)
+        return entry is not None and entry.key is None and entry.never
 
     def search_key(self, user_id: str) -> bytes | None:
         """The key of ``user_id``'s search terms, or None when the user has no data key (so
