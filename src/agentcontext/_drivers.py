@@ -1,6 +1,10 @@
-"""What an async driver's ``connect()`` takes. A name in a URL's query or in ``connect_args``
-that it does not take fails only when the first connection opens, with a raw ``TypeError``:
-the store (`store._dialects`) and the keyring (`encryption`) refuse it when they are made."""
+"""What the async drivers take and how they fail, for the store (`store._dialects`,
+`store._db`) and the keyring (`encryption`) alike.
+
+What an async driver's ``connect()`` takes: a name in a URL's query or in ``connect_args``
+that it does not take fails only when the first connection opens, with a raw ``TypeError``,
+so both refuse it when they are made. And `is_connection_error`: whether a failure means the
+database could not be reached, or the connection was lost."""
 
 from __future__ import annotations
 
@@ -8,9 +12,10 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["unknown_arguments"]
+__all__ = ["is_connection_error", "unknown_arguments"]
 
 _ADAPTERS: dict[str, frozenset[str]] = {
     "asyncpg": frozenset({"prepared_statement_cache_size", "prepared_statement_name_func"}),
@@ -40,3 +45,36 @@ def unknown_arguments(
     from_url = sorted(set(given) - takes - set(connect_args))
     named = sorted(set(params) - {"loop", "dsn"})
     return from_url, sorted(set(connect_args) - takes), named
+
+
+_CONNECTION_ERRORS = frozenset(
+    {
+        "ConnectionDoesNotExistError",
+        "CannotConnectNowError",
+        "ConnectionFailureError",
+        "TooManyConnectionsError",
+        "AdminShutdownError",
+        "InternalClientError",
+        "InvalidAuthorizationSpecificationError",
+    }
+)
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """True when the database could not be reached or the connection was lost."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (OSError, ConnectionError, TimeoutError)):
+            return True
+        if type(current).__name__ in _CONNECTION_ERRORS:
+            return True
+        message = str(current)
+        if "unable to open database file" in message or "connection was closed" in message:
+            return True
+        nxt = getattr(current, "orig", None) or current.__cause__ or current.__context__
+        current = nxt if isinstance(nxt, BaseException) else None
+    return False

@@ -51,12 +51,13 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, InvalidRequestError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from agentcontext._drivers import unknown_arguments
+from agentcontext._drivers import is_connection_error, unknown_arguments
 from agentcontext.errors import (
     EncryptionError,
     InvalidInputError,
     InvalidTypeError,
     MissingExtraError,
+    StoreUnavailableError,
 )
 
 __all__ = ["KeyProvider", "LocalKeyProvider", "key_fingerprint"]
@@ -162,6 +163,11 @@ _CHECK = Table(
     Column("master", String(16), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
+
+
+class KeyringUnavailableError(EncryptionError, StoreUnavailableError):
+    """The keyring's database cannot be reached: an `EncryptionError` (no key can be had),
+    and a `StoreUnavailableError` (try again once it is up; the command line exits 5)."""
 
 
 class KeyringInStoreError(EncryptionError, InvalidInputError):
@@ -273,9 +279,11 @@ class LocalKeyProvider:
         file = Path(database) if database and not database.startswith(":") else None
         there = file is not None and file.exists()
         try:
-            return await self._has_tables(self._keyring().engine)
-        except OSError as exc:  # (a server that cannot be reached, say)
-            raise self._failed(exc) from exc
+            return await self._has_tables(self._keyring().engine, quiet=False)
+        except (OSError, SQLAlchemyError) as exc:
+            if is_connection_error(exc):  # (a server that cannot be reached, say)
+                raise self._failed(exc) from exc
+            return False  # (a database that is not there: no keyring)
         finally:
             if file is not None and not there and file.is_file() and not file.stat().st_size:
                 await self.aclose()  # (its connection first)
@@ -465,7 +473,10 @@ class LocalKeyProvider:
                 self._ready = True
         return keyring.engine
 
-    async def _has_tables(self, engine: AsyncEngine) -> bool:
+    async def _has_tables(self, engine: AsyncEngine, *, quiet: bool = True) -> bool:
+        """Whether the keyring's tables are there (not when the database cannot be used,
+        unless ``quiet`` is false: then its error is raised)."""
+
         def found(sync: Any) -> bool:
             inspector = inspect(sync)
             return all(inspector.has_table(table.name) for table in (_KEYS, _CHECK))
@@ -474,6 +485,8 @@ class LocalKeyProvider:
             async with engine.connect() as conn:
                 return bool(await conn.run_sync(found))
         except SQLAlchemyError:
+            if not quiet:
+                raise
             return False
 
     async def _refuse_a_store(self, engine: AsyncEngine) -> None:
@@ -723,7 +736,8 @@ class LocalKeyProvider:
         return key
 
     def _failed(self, exc: BaseException) -> EncryptionError:
-        return EncryptionError(
+        unreachable = is_connection_error(exc)
+        return (KeyringUnavailableError if unreachable else EncryptionError)(
             f"the keyring {self.keyring_url} cannot be used: {type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''}"
         )

@@ -170,3 +170,24 @@ def test_migrate_encrypt_with_a_new_keyring_on_an_encrypted_database_is_refused(
     assert not other.exists()
     again = run_cli("--url", url, "migrate", "encrypt", "--keyring", str(keyring), cwd=tmp_path, env=env)  # fmt: skip
     assert again.returncode == 0, again.stderr
+
+
+def test_a_keyring_server_that_cannot_be_reached_exits_5(tmp_path: Path) -> None:
+    """A keyring on a server that does not answer is the database that cannot be reached
+    (exit 5), not a keyring that was never made (exit 3) nor a generic error (exit 1)."""
+    import socket
+
+    with socket.socket() as free:  # a port nothing listens on
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    master = secrets.token_bytes(32)
+    url = sqlite_url(tmp_path / "data.db")
+    asyncio.run(_fill(url, master, tmp_path / "keyring.db"))
+    env = {**clean_env(), "AGENTCONTEXT_MASTER_KEY": base64.b64encode(master).decode()}
+    for keyring in (
+        f"postgresql+asyncpg://postgres@127.0.0.1:{port}/keys",
+        f"mysql+asyncmy://root@127.0.0.1:{port}/keys",
+    ):
+        refused = run_cli("--url", url, "--keyring", keyring, "chats", cwd=tmp_path, env=env)
+        assert refused.returncode == 5, refused.stderr
+        assert "cannot be used" in refused.stderr and "Traceback" not in refused.stderr

@@ -6,41 +6,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from sqlalchemy.exc import DBAPIError
+from agentcontext._drivers import is_connection_error
 
 __all__ = ["driver_threads", "is_connection_error", "settle_driver_threads"]
-
-_CONNECTION_ERRORS = frozenset(
-    {
-        "ConnectionDoesNotExistError",
-        "CannotConnectNowError",
-        "ConnectionFailureError",
-        "TooManyConnectionsError",
-        "AdminShutdownError",
-        "InternalClientError",
-        "InvalidAuthorizationSpecificationError",
-    }
-)
-
-
-def is_connection_error(exc: BaseException) -> bool:
-    """True when the database could not be reached or the connection was lost."""
-    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-        return True
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, (OSError, ConnectionError, TimeoutError)):
-            return True
-        if type(current).__name__ in _CONNECTION_ERRORS:
-            return True
-        message = str(current)
-        if "unable to open database file" in message or "connection was closed" in message:
-            return True
-        nxt = getattr(current, "orig", None) or current.__cause__ or current.__context__
-        current = nxt if isinstance(nxt, BaseException) else None
-    return False
 
 
 def _driver_threads() -> list[threading.Thread]:
