@@ -1106,6 +1106,29 @@ async def test_a_list_of_more_users_than_the_store_keeps_keys_of(
         assert len(await store.list_chats(limit=2)) == 2
 
 
+async def test_calls_over_more_users_than_the_store_keeps_keys_of_run_at_once(
+    tmp_path: Path, provider: LocalKeyProvider
+) -> None:
+    """Calls running at once, each over more users than the store keeps keys of: the keys
+    each needs are kept while it runs, whatever the others load. Before, they evicted each
+    other's keys and failed after four tries ("keys kept changing")."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+    async with SqlContextStore(url, encryption=provider) as store:
+        for n in range(40):
+            await store.create_chat(f"c{n:02}", user_id=f"user{n}", title=f"title {n}")
+        sealer = store._dialect.sealer
+        sealer._cache_keys = 3  # type: ignore[union-attr]  # (10 000 in a real store)
+        for _ in range(3):
+            for n in range(40):
+                sealer.forget(f"user{n}")
+            pages = await asyncio.gather(
+                *(store.list_chats(limit=8, offset=offset) for offset in range(0, 40, 8))
+            )
+            titles = sorted(chat.title or "" for page in pages for chat in page)
+            assert titles == sorted(f"title {n}" for n in range(40))
+        assert sealer._pinned == 0  # type: ignore[union-attr]
+
+
 async def test_read_blob_of_a_hash_that_names_no_blob_in_an_encrypted_store(
     tmp_path: Path, provider: LocalKeyProvider
 ) -> None:

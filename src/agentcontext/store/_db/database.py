@@ -240,13 +240,15 @@ class Database:
         ``primary`` (a read that must see the latest commits of everyone, after a refused
         compare-and-swap); writes note the primary's position after their commit.
         """
-        for _attempt in range(_KEY_ATTEMPTS):
-            try:
-                return await self._run(mode, unit, idempotent, chat, branch, primary)
-            except KeyNeeded as need:
-                # The unit (rolled back) needs data keys of an encrypted store: fetch them and
-                # run it again (see `_rows.sealing`).
-                await self.dialect.sealer.load(need)
+        with self.dialect.sealer.pinned() as pin:
+            for _attempt in range(_KEY_ATTEMPTS):
+                try:
+                    return await self._run(mode, unit, idempotent, chat, branch, primary)
+                except KeyNeeded as need:
+                    # The unit (rolled back) needs data keys of an encrypted store: fetch them
+                    # and run it again (see `_rows.sealing`), keeping them while it runs.
+                    pin(need)
+                    await self.dialect.sealer.load(need)
         raise EncryptionError(
             "the key provider's keys kept changing while this call ran; nothing was done, "
             "call again"

@@ -28,7 +28,7 @@ import contextlib
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
@@ -128,6 +128,9 @@ class PlainSealer:
 
     def never_held(self, user_id: str) -> bool:
         return False
+
+    def pinned(self) -> contextlib.AbstractContextManager[Callable[[KeyNeeded], None]]:
+        return contextlib.nullcontext(lambda need: None)
 
     def blob_address(self, user_id: str, digest: str, *, write: bool) -> str:
         return digest
@@ -230,6 +233,9 @@ class KeyedSealer:
         self.binary_json = binary_json
         """Whether JSON columns take a sealed value as bytes (`Dialect.binary_sealed_json`)."""
         self._cache_keys = cache_keys
+        self._pinned = 0
+        """How many keys the calls running now need at once (`pinned`): the store keeps at
+        least that many, so that concurrent calls over many users do not evict each other's."""
         self._keys: OrderedDict[str, _Entry] = OrderedDict()
         self.whole = False
         """Whether every value of the database is sealed (its ``sealing`` setting says so):
@@ -290,6 +296,23 @@ class KeyedSealer:
             for user_id in wanted - missing:
                 self._keys.move_to_end(user_id)  # (needed: the last to be dropped)
             raise KeyNeeded(missing, create=False, wanted=len(wanted))
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[Callable[[KeyNeeded], None]]:
+        """While a call runs: the keys its units said they need at once (each `KeyNeeded`
+        given to the function yielded) are kept on top of what other calls need."""
+        held = 0
+
+        def need(wanted: KeyNeeded) -> None:
+            nonlocal held
+            if wanted.wanted > held:
+                self._pinned += wanted.wanted - held
+                held = wanted.wanted
+
+        try:
+            yield need
+        finally:
+            self._pinned -= held
 
     def never_held(self, user_id: str) -> bool:
         """Whether the provider has no key of ``user_id`` and says it destroyed none (as last
@@ -358,7 +381,7 @@ class KeyedSealer:
             self._keys.move_to_end(user_id)
         # The keys just loaded stay, however many (a list of more users' chats than the cache
         # holds needs them all at once: evicting some would make it ask again for ever).
-        while len(self._keys) > max(self._cache_keys, need.wanted):
+        while len(self._keys) > max(self._cache_keys, need.wanted, self._pinned):
             self._keys.popitem(last=False)
 
     def _key(self, user_id: str, raw: object) -> _Key:
