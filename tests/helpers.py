@@ -29,13 +29,14 @@ def rec(
     role: str = "user",
     data: Any = None,
 ) -> MessageRecord:
-    """A MessageRecord with message-shaped data."""
+    """A MessageRecord with message-shaped data (its id and role the record's, as the engine
+    writes them)."""
     return MessageRecord(
         id=id,
         chat_id=chat_id,
         parent_id=parent_id,
         name=role,
-        data=data if data is not None else msg_data(text if text is not None else id, role),
+        data=data if data is not None else msg_data(text if text is not None else id, role, id=id),
     )
 
 

@@ -22,7 +22,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from agentcontext import _validate as v
 from agentcontext._conversation import COMPACTION, Conversation
-from agentcontext.errors import EmptyConversationError, InvalidTypeError
+from agentcontext.errors import EmptyConversationError, InvalidInputError, InvalidTypeError
 from agentcontext.fragments import is_empty_assistant_placeholder
 from agentcontext.messages import Message, TextPart
 from agentcontext.store.records import MessageRecord, compaction_id, utcnow
@@ -117,6 +117,12 @@ async def compact(conv: Conversation, summarize: Summarizer, keep_last_turns: in
             f"summarize must return the summary as a str or a Message, got "
             f"{v.type_name(summary_out)}"
         )
+    if _is_empty(summary):
+        raise InvalidInputError(
+            f"the summarizer returned an empty summary (no text, no parts) for the "
+            f"{len(given)} message(s) to fold, and nothing was compacted; make summarize "
+            "return the summary (text that is not blank, or a Message with content)"
+        )
     record = MessageRecord(
         id=identity,
         chat_id=conv.chat_id,
@@ -137,6 +143,13 @@ async def compact(conv: Conversation, summarize: Summarizer, keep_last_turns: in
         previous_id=previous,
         created_at=stored.created_at,
     )
+
+
+def _is_empty(summary: Message) -> bool:
+    """Whether a summary says nothing: no parts, or only text parts of blank text (what
+    `is_empty_assistant_placeholder` calls empty, whatever the role). Stored, it would stand
+    for the folded messages and send nothing in their place."""
+    return all(isinstance(part, TextPart) and not part.text.strip() for part in summary.parts)
 
 
 async def _stored(conv: Conversation, summary: Message, through: str) -> Compaction:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -242,3 +243,23 @@ def test_chats_shows_a_page_and_says_how_to_see_more(tmp_path: Path) -> None:
     assert len(tsv(everything.stdout)) == 57 and "More chats" not in everything.stderr
     bad = run_cli("--url", url, "chats", "--after", "nonsense", cwd=tmp_path)
     assert bad.returncode == 2 and "cursor" in bad.stderr
+
+
+def test_chats_refuses_a_limit_of_0_and_a_crafted_cursor(tmp_path: Path) -> None:
+    """`--limit 0` is a usage error like every other limit of 0 (`search --limit`), and a
+    cursor no chat can have is refused like any malformed one: exit 2, no traceback."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'one.db'}"
+
+    async def seed() -> None:
+        async with SqlContextStore(url) as store:
+            await store.create_chat("c1", user_id="u")
+
+    asyncio.run(seed())
+    result = run_cli("--url", url, "chats", "--limit", "0", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "argument --limit: must be 1 or more, got 0" in result.stderr
+    assert "Traceback" not in result.stderr
+    crafted = base64.urlsafe_b64encode(b"0001-01-01T00:00:00+14:00\nc1").decode()
+    result = run_cli("--url", url, "chats", "--after", crafted, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "is not a cursor of list_chats" in one_error_line(result)

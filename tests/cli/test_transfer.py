@@ -172,6 +172,52 @@ def test_import_of_values_no_backend_stores_exits_2(tmp_path: Path) -> None:
         assert not target.exists()
 
 
+def test_import_of_a_graph_no_save_writes_exits_2(tmp_path: Path) -> None:
+    """A branch head at a compaction summary, or a message whose parent is a summary, is a
+    malformed export: exit 2, one error line, no database file (with --as NEW_ID too)."""
+    source = sqlite_url(tmp_path / "source.db")
+
+    async def build() -> ChatExport:
+        async with SqlContextStore(source) as store:
+            context = ContextEngine(store=store, chat_id="long", user_id="alice")
+            for turn in range(3):
+                context.set(user(f"question {turn}"), assistant_text(f"answer {turn}"))
+                await context.save()
+
+            async def summarize(messages: list[Message]) -> str:
+                return "the story so far"
+
+            await context.compact(summarize, keep_last_turns=1)
+            return await store.export_chat("long")
+
+    exported = asyncio.run(build()).model_dump(mode="json")
+    (summary,) = [m["id"] for m in exported["messages"] if m["type"] == "compaction"]
+    at_summary = json.loads(json.dumps(exported))
+    at_summary["branches"][0]["head_message_id"] = summary
+    under_summary = json.loads(json.dumps(exported))
+    [last] = [
+        m
+        for m in under_summary["messages"]
+        if m["id"] == exported["branches"][0]["head_message_id"]
+    ]
+    last["parent_id"] = summary
+    target = tmp_path / "target.db"
+    for data, message in [
+        (at_summary, "branch 'main' points at the compaction summary"),
+        (under_summary, "points at the compaction summary"),
+    ]:
+        for extra in ([], ["--as", "copy"]):
+            stdin = json.dumps(data)  # (the summary's id changes --as copy)
+            result = run_cli(
+                "--url", sqlite_url(target), "import", "-", *extra, cwd=tmp_path, stdin=stdin
+            )
+            assert result.returncode == 2, result.stderr
+            line = one_error_line(result)
+            assert "stdin is not a valid chat export" in line
+            assert message in line
+            assert not target.exists()
+
+
 def test_export_to_an_unwritable_path(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path / "db.sqlite")
     asyncio.run(build_branched_chat(url))

@@ -274,6 +274,45 @@ async def test_compact_refuses_bad_input(make_engine: EngineFactory) -> None:
         await make_engine().rewind(compaction.id)
 
 
+@pytest.mark.parametrize(
+    "empty",
+    [
+        "",
+        " \n\t ",
+        Message(id="x", role="assistant", parts=[]),
+        Message(id="x", role="assistant", parts=[TextPart(text="  ")]),
+        Message(id="x", role="user", parts=[]),
+    ],
+    ids=["empty-str", "blank-str", "no-parts", "blank-text", "user-no-parts"],
+)
+async def test_an_empty_summary_is_refused_and_nothing_is_compacted(
+    make_engine: EngineFactory, store: SqlContextStore, empty: str | Message
+) -> None:
+    engine = make_engine()
+    await _turns(engine, 0, 3)
+    before = await store.export_chat("c1")
+    sent = [m.text for m in (await make_engine().resolve()).messages]
+
+    async def summarize(messages: list[Message]) -> str | Message:
+        return empty
+
+    with pytest.raises(InvalidInputError, match=r"empty summary.*nothing was compacted"):
+        await engine.compact(summarize, keep_last_turns=1)
+    assert await store.export_chat("c1") == before
+    assert [m.text for m in (await make_engine().resolve()).messages] == sent
+    assert [m.text for m in (await engine.resolve()).messages] == sent
+    # A summary with content other than text is not empty.
+    data_only = Message.model_validate(
+        {"id": "x", "role": "assistant", "parts": [{"type": "data", "name": "facts", "data": 1}]}
+    )
+
+    async def data_summary(messages: list[Message]) -> Message:
+        return data_only
+
+    compaction = await engine.compact(data_summary, keep_last_turns=1)
+    assert compaction.summary.parts == data_only.parts
+
+
 async def test_turns_and_the_first_message_count_what_was_folded(
     make_engine: EngineFactory, other_store: SqlContextStore
 ) -> None:

@@ -260,6 +260,7 @@ def _renamed(export: ChatExport, suffix: str) -> ChatExport:
                 "id": m.id + suffix,
                 "chat_id": chat.id,
                 "parent_id": None if m.parent_id is None else m.parent_id + suffix,
+                "data": {**m.data, "id": m.id + suffix},
             }
         )
         for m in export.messages

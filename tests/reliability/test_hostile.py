@@ -1399,6 +1399,7 @@ def import_entries() -> Iterator[Entry]:
                             "id": fresh[m.id],
                             "chat_id": "copy",
                             "parent_id": None if m.parent_id is None else fresh[m.parent_id],
+                            "data": {**m.data, "id": fresh[m.id]},
                         }
                     )
                     for m in export.messages

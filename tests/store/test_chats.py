@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 from datetime import UTC
 
 import pytest
@@ -177,6 +178,46 @@ async def test_bad_cursors_are_refused(store: SqlContextStore) -> None:
         await store.list_chats(after=42)  # type: ignore[arg-type]
     cursor = (await store.list_chats())[0].cursor
     assert await store.list_chats(after=cursor) == []
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "0001-01-01T00:00:00+14:00\nx",  # before year 1 once in UTC
+        "9999-12-31T23:00:00-14:00\nx",  # after year 9999 once in UTC
+        "2020-01-01T00:00:00+00:00\nx\x00y",  # ids hold no NUL
+        "2020-01-01T00:00:00+00:00\n" + "x" * 256,  # nor more than 255 characters
+    ],
+)
+async def test_a_cursor_no_listed_chat_has_is_refused_alike_everywhere(
+    store: SqlContextStore, raw: str
+) -> None:
+    """A crafted cursor whose time or chat id no chat can have is the same
+    `InvalidInputError` as any malformed cursor, on every backend (never an OverflowError
+    or a driver error)."""
+    await store.create_chat("a", user_id="u")
+    crafted = base64.urlsafe_b64encode(raw.encode()).decode()
+    with pytest.raises(errors.InvalidInputError, match="is not a cursor of list_chats"):
+        await store.list_chats(after=crafted)
+    with pytest.raises(errors.InvalidInputError, match="is not a cursor of list_chats"):
+        await store.list_chats(user_id="u", after=crafted)
+
+
+async def test_a_chat_that_gains_activity_moves_ahead_of_the_cursor(
+    store: SqlContextStore,
+) -> None:
+    """What `ChatInfo.cursor` promises: no chat is listed twice, a chat that gained no
+    activity is never skipped, and one that did moves ahead of the cursor, where a new
+    listing from the start finds it."""
+    for i in range(6):
+        await store.create_chat(f"c{i}", user_id="u")  # c5 newest
+    first = await store.list_chats(user_id="u", limit=3)
+    assert [c.id for c in first] == ["c5", "c4", "c3"]
+    await store.update_chat("c4", lambda chat: ChatUpdate())  # listed already
+    await store.update_chat("c1", lambda chat: ChatUpdate())  # not listed yet
+    rest = await store.list_chats(user_id="u", after=first[-1].cursor)
+    assert [c.id for c in rest] == ["c2", "c0"]  # c4 not again, c1 moved ahead
+    assert {c.id for c in await store.list_chats(user_id="u", limit=2)} == {"c1", "c4"}
 
 
 async def test_list_chats_metadata_filter_is_exact_and_typed(store: SqlContextStore) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select, text, update
 
-from agentcontext import errors
+from agentcontext import ContextEngine, Message, assistant_text, errors, user
 from agentcontext.store import MessageRecord, SqlContextStore
 from agentcontext.store._db.schema import messages
 from tests.helpers import chain, msg_data, rec
@@ -214,3 +214,52 @@ async def test_json_round_trips_exactly(store: SqlContextStore, chat: str, data:
     (loaded,) = await store.get_message_chain("m")
     assert loaded.data == data
     assert type(loaded.data) is type(data)
+
+
+async def _compacted(store: SqlContextStore) -> tuple[str, list[str]]:
+    """Chat ``k``: three turns compacted through the second answer; the summary's id and the
+    ids of the branch's messages, root first."""
+    engine = ContextEngine(store=store, chat_id="k", user_id="u1")
+    for turn in range(3):
+        engine.set(user(f"question {turn}"), assistant_text(f"answer {turn}"))
+        await engine.save()
+
+    async def summarize(folded: list[Message]) -> str:
+        return f"{len(folded)} messages"
+
+    compaction = await engine.compact(summarize, keep_last_turns=1)
+    return compaction.id, [m.id for m in await store.get_messages("k")]
+
+
+async def test_a_compaction_summary_is_never_made_a_parent(store: SqlContextStore) -> None:
+    summary, ids = await _compacted(store)
+    engine = ContextEngine(store=store, chat_id="k", user_id="u1")
+    resolved = [m.id for m in (await engine.resolve()).messages]
+    assert resolved == [summary, *ids[4:]]
+    before = await store.export_chat("k")
+    refusal = f"{summary!r} is a compaction summary, which sits beside a branch"
+    with pytest.raises(errors.InvalidInputError, match=refusal):
+        await store.set_message_parent(ids[4], summary)
+    with pytest.raises(errors.InvalidInputError, match=refusal):
+        await store.add_message(rec("x", "k", summary))
+    with pytest.raises(errors.InvalidInputError, match=refusal):  # one transaction: y neither
+        await store.add_messages([rec("y", "k", ids[-1]), rec("x", "k", summary)])
+    again = MessageRecord(  # a summary and its child in one batch
+        id="s2", chat_id="k", parent_id=ids[-1], name="user", type="compaction",
+        data={"id": "s2", "role": "user", "parts": [{"type": "text", "text": "s"}]},
+    )  # fmt: skip
+    with pytest.raises(errors.InvalidInputError, match="'s2' is a compaction summary"):
+        await store.add_messages([again, rec("x", "k", "s2")])
+    with pytest.raises(errors.InvalidInputError, match="type 'message'"):  # never turned into one
+        await store.add_message(again.model_copy(update={"id": ids[-1], "parent_id": ids[-2]}))
+    main = await store.get_active_branch("k")
+    assert main is not None and main.head_message_id == ids[-1]
+    with pytest.raises(errors.InvalidInputError, match="'s2' is a compaction summary"):
+        await store.append_messages(main.id, [again, rec("x", "k", "s2")], expected_head=ids[-1])
+    with pytest.raises(errors.InvalidInputError, match="cannot be its head"):
+        await store.append_messages(main.id, [again], expected_head=ids[-1])
+    with pytest.raises(errors.InvalidInputError, match="no compaction summary"):
+        await store.append_turn(main.id, [again], expected_head=ids[-1])
+    assert await store.export_chat("k") == before
+    fresh = ContextEngine(store=store, chat_id="k", user_id="u1")
+    assert [m.id for m in (await fresh.resolve()).messages] == resolved

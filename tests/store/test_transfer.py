@@ -227,3 +227,81 @@ def test_the_copy_id_of_a_message_depends_only_on_its_id_and_the_new_chat() -> N
     assert copy_message_id(long, "copy") == copy_message_id(long, "copy")
     assert len(copy_message_id(long, "copy")) == 32
     assert copy_message_id(long, "copy") != copy_message_id(long, "other")
+
+
+def _summary_of(data: dict[str, Any], nested: bool) -> dict[str, Any]:
+    """The first (or the nesting) compaction summary of an export's JSON form."""
+    summaries = [m for m in data["messages"] if m["type"] == "compaction"]
+    return next(
+        s for s in summaries if (s["data"]["metadata"]["compaction"]["previous"] is None) != nested
+    )
+
+
+def _message_of(data: dict[str, Any], message_id: str) -> dict[str, Any]:
+    return next(m for m in data["messages"] if m["id"] == message_id)
+
+
+def _head_at_summary(data: dict[str, Any]) -> None:
+    data["branches"][0]["head_message_id"] = _summary_of(data, False)["id"]
+
+
+def _checkpoint_at_summary(data: dict[str, Any]) -> None:
+    data["checkpoints"][0]["message_id"] = _summary_of(data, False)["id"]
+
+
+def _summary_off_its_point(data: dict[str, Any]) -> None:
+    _summary_of(data, False)["parent_id"] = "q0"  # it folds through a1
+
+
+def _summary_through_elsewhere(data: dict[str, Any]) -> None:
+    _summary_of(data, False)["data"]["metadata"]["compaction"]["through"] = "q0"
+
+
+def _child_of_summary(data: dict[str, Any]) -> None:
+    _message_of(data, "q2")["parent_id"] = _summary_of(data, False)["id"]
+
+
+def _summary_of_summary(data: dict[str, Any]) -> None:
+    nesting = _summary_of(data, True)
+    nesting["parent_id"] = _summary_of(data, False)["id"]
+    nesting["data"]["metadata"]["compaction"]["through"] = nesting["parent_id"]
+
+
+@pytest.mark.parametrize(
+    ("damage", "error", "says"),
+    [
+        (_head_at_summary, errors.InvalidGraphError, "cannot be its head"),
+        (_checkpoint_at_summary, errors.InvalidGraphError, "compaction summary"),
+        (
+            _summary_off_its_point,
+            errors.InvalidGraphError,
+            "has parent 'q0' but folds through 'a1'",
+        ),
+        (
+            _summary_through_elsewhere,
+            errors.InvalidGraphError,
+            "has parent 'a1' but folds through 'q0'",
+        ),
+        (_child_of_summary, errors.InvalidGraphError, "cannot be its parent"),
+        (_summary_of_summary, errors.InvalidGraphError, "cannot be its parent"),
+    ],
+)
+async def test_import_refuses_a_graph_no_save_writes(
+    store: SqlContextStore,
+    damage: Callable[[dict[str, Any]], None],
+    error: type[Exception],
+    says: str,
+) -> None:
+    """Compaction summaries stay beside their branch, at the message they fold through; else
+    the import writes nothing, on every backend."""
+    await _compacted(store, "c")
+    exported = (await store.export_chat("c")).model_dump(mode="json")
+    await store.delete_chat("c")
+    data = json.loads(json.dumps(exported))
+    damage(data)
+    with pytest.raises(error, match=re.escape(says)):
+        await store.import_chat(ChatExport.model_validate(data))
+    assert await store.get_chat("c") is None
+    assert await store.list_chats() == []
+    await store.import_chat(ChatExport.model_validate(exported))  # the export itself is fine
+    assert (await store.export_chat("c")).model_dump(mode="json") == exported

@@ -127,7 +127,7 @@ def register(commands: Any) -> None:
     )
     many = chats.add_mutually_exclusive_group()
     many.add_argument(
-        "--limit", type=non_negative, metavar="N", help=f"at most N chats (default {CHATS_PAGE})"
+        "--limit", type=positive, metavar="N", help=f"at most N chats (default {CHATS_PAGE})"
     )
     many.add_argument("--all", action="store_true", help="every chat, however many")
     chats.add_argument("--offset", type=non_negative, default=0, metavar="N", help="skip N")

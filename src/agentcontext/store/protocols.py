@@ -578,9 +578,11 @@ class ChatAdmin(Protocol):
 
         ``metadata`` keeps chats whose top-level metadata has every given key with exactly that
         str, int or bool value. ``after`` is a keyset cursor, the `ChatInfo.cursor` of a listed
-        chat: only the chats after it in this order come (``limit`` of them), whatever chats
-        gained activity since; paging with it costs the same at any depth, where ``offset``
-        reads the chats it skips.
+        chat: only the chats after it in this order come (``limit`` of them). A chat already
+        listed is not listed again and one that gained no activity since is not skipped; one
+        that gained activity moved ahead of the cursor, where a new listing from the start
+        finds it. Paging with it costs the same at any depth, where ``offset`` reads the
+        chats it skips. A string that is not such a cursor is an `InvalidInputError`.
         """
 
     @abc.abstractmethod

@@ -92,8 +92,10 @@ class ChatInfo(Chat):
     @property
     def cursor(self) -> str:
         """Where this chat stands in ``list_chats``' order, as an opaque string: pass it as
-        ``list_chats(after=...)`` for the chats listed after it (a keyset cursor: a page never
-        repeats or skips a chat because others gained activity meanwhile)."""
+        ``list_chats(after=...)`` for the chats listed after it (a keyset cursor). Paging with
+        it lists no chat twice and skips no chat that gained no activity meanwhile; a chat that
+        did gain activity moves ahead of the cursor (the order is by activity), out of the
+        later pages, where a new listing from the start finds it."""
         return chat_cursor(self.updated_at, self.id)
 
 
@@ -439,8 +441,8 @@ def parse_chat_cursor(cursor: str) -> tuple[datetime, str] | None:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         moment, chat_id = raw.split("\n", 1)
         when = datetime.fromisoformat(moment)
-    except (ValueError, UnicodeDecodeError):
+        if when.tzinfo is None or not chat_id:
+            return None
+        return when.astimezone(UTC), chat_id
+    except (ValueError, UnicodeDecodeError, OverflowError):  # OverflowError: not a UTC time
         return None
-    if when.tzinfo is None or not chat_id:
-        return None
-    return when.astimezone(UTC), chat_id

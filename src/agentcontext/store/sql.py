@@ -447,8 +447,9 @@ class SqlContextStore(ContextStore):
         records = _appends.check(check_records(messages), "append_turn")
         if not _appends.is_plain(records, expected_head, records[-1].id, None):
             raise InvalidInputError(
-                "append_turn takes new messages of one chat, each the parent of the next, the "
-                "first one's parent being expected_head; use append_messages otherwise"
+                "append_turn takes new messages of one chat (no compaction summary), each the "
+                "parent of the next, the first one's parent being expected_head; use "
+                "append_messages otherwise"
             )
         return await _appends.append(
             self.db, self._dialect, self._memory.owners, branch_id, records,

@@ -19,6 +19,7 @@ from agentcontext.store._dialects import AppendRefused, Dialect
 from agentcontext.store._memory import Owners
 from agentcontext.store._ops import branches as _branches
 from agentcontext.store._ops import chats as _chats
+from agentcontext.store._ops import messages as _messages
 from agentcontext.store._rows.codec import message_rows
 from agentcontext.store.records import AppendResult, MessageRecord
 
@@ -42,12 +43,13 @@ def is_plain(
     records: list[MessageRecord], expected: str | None, head: str, allowed: Collection[str] | None
 ) -> bool:
     """New messages chained one after another from the expected head, the last one the new
-    head: what a save writes, in one statement."""
+    head: what a save writes, in one statement. A compaction summary is never plain: it is
+    neither a head nor a parent (the general append refuses it)."""
     if head != records[-1].id or (allowed and any(r.id in allowed for r in records)):
         return False
     parent = expected
     for record in records:
-        if record.parent_id != parent:
+        if record.parent_id != parent or record.type == _messages.COMPACTION:
             return False
         parent = record.id
     return True

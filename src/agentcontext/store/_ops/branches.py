@@ -99,11 +99,8 @@ def check_head(conn: Connection, chat_id: str, message_id: str | None) -> int:
         raise _chats.missing_message_error(conn, chat_id, message_id)
     if row[0] != chat_id:
         raise InvalidGraphError(f"message {message_id!r} belongs to another chat, not {chat_id!r}")
-    if row[2] == "compaction":
-        raise InvalidInputError(
-            f"message {message_id!r} is a compaction summary, which sits beside a branch and "
-            "cannot be its head; use the message it folds up to instead"
-        )
+    if row[2] == _messages.COMPACTION:
+        raise _messages.summary_refused(message_id, "its head")
     return int(row[1])
 
 

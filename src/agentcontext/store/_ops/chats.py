@@ -269,6 +269,11 @@ def check_cursor(after: object) -> tuple[datetime, str] | None:
             f"after must be a str (ChatInfo.cursor of a listed chat), got {v.type_name(after)}"
         )
     found = parse_chat_cursor(after) if len(after) <= 1024 else None
+    if found is not None:
+        try:  # the chat id a listed chat can have (no NUL, valid Unicode, 255 at most)
+            v.check_id(found[1], "the cursor's chat id")
+        except InvalidInputError:
+            found = None
     if found is None:
         shown = after if len(after) <= 40 else after[:40] + "…"
         raise InvalidInputError(

@@ -34,6 +34,7 @@ from agentcontext.store._rows.terms import ScopedTerms
 from agentcontext.store.records import MessageRecord
 
 __all__ = [
+    "COMPACTION",
     "ExistingMessages",
     "changes",
     "fetch_nodes",
@@ -43,6 +44,7 @@ __all__ = [
     "has_children",
     "is_ancestor",
     "set_parent",
+    "summary_refused",
     "write",
 ]
 
@@ -61,17 +63,30 @@ class ExistingMessages(Exception):
         self.ids = ids
 
 
+COMPACTION = "compaction"
+"""The stored type of a compaction summary."""
+
+
+def summary_refused(message_id: str, role: str) -> InvalidInputError:
+    """The error for a compaction summary given where only a message of the branch may go:
+    ``role`` is what it would have been (``"its head"``, ``"the parent of message 'x'"``)."""
+    return InvalidInputError(
+        f"message {message_id!r} is a compaction summary, which sits beside a branch and "
+        f"cannot be {role}; use the message it folds up to instead"
+    )
+
+
 def fetch_nodes(conn: Connection, ids: Iterable[str]) -> dict[str, Any]:
-    """``(id, chat_id, parent_id, depth, created_at, seq)`` of the stored messages among
-    ``ids``."""
+    """``(id, chat_id, parent_id, depth, created_at, seq, type)`` of the stored messages
+    among ``ids``."""
     found: dict[str, Any] = {}
     pending = list(ids)
     for start in range(0, len(pending), IN_CHUNK):
         chunk = pending[start : start + IN_CHUNK]
         rows = conn.execute(
-            select(M.c.id, M.c.chat_id, M.c.parent_id, M.c.depth, M.c.created_at, M.c.seq).where(
-                M.c.id.in_(chunk)
-            )
+            select(
+                M.c.id, M.c.chat_id, M.c.parent_id, M.c.depth, M.c.created_at, M.c.seq, M.c.type
+            ).where(M.c.id.in_(chunk))
         )
         for row in rows:
             found[row[0]] = row
@@ -124,9 +139,10 @@ def write(
 
     ``versions`` maps each chat to the change version this transaction writes with. New
     messages get their depth from their parent (stored, or earlier in the batch); existing
-    ones keep parent, chat, depth and creation time and take the new content. With ``updates``,
-    only those ids may exist already; others raise `ExistingMessages`. Search entries
-    follow the content.
+    ones keep parent, chat, depth, type and creation time and take the new content. With
+    ``updates``, only those ids may exist already; others raise `ExistingMessages`. Search
+    entries follow the content. A compaction summary is never a parent (checked here, under
+    the chat's lock, against the stored type, which no update changes).
     """
     batch_ids = {r.id for r in records}
     lookup = set(batch_ids)
@@ -138,6 +154,7 @@ def write(
             raise ExistingMessages(refused)
     depth: dict[str, int] = {}
     chat_of: dict[str, str] = {}
+    type_of: dict[str, str] = {}
     rows: list[dict[str, Any]] = []
     stored: list[MessageRecord] = []
     new_terms: dict[str, ScopedTerms] = {}
@@ -151,6 +168,11 @@ def write(
                     f"message {record.id!r} belongs to chat {old[1]!r}, not "
                     f"{record.chat_id!r}; message ids are global, pick a new id"
                 )
+            if old[6] != record.type:
+                raise InvalidInputError(
+                    f"message {record.id!r} is stored with type {old[6]!r} and cannot be "
+                    f"rewritten as type {record.type!r}; write a new message instead"
+                )
             parent_id, row_depth, created_at = old[2], old[3], old[4]
             old_seqs.append(int(old[5]))
         else:
@@ -158,10 +180,11 @@ def write(
             row_depth = (
                 1
                 if parent_id is None
-                else _child_depth(record, existing, depth, chat_of, batch_ids)
+                else _child_depth(record, existing, depth, chat_of, type_of, batch_ids)
             )
         depth[record.id] = row_depth
         chat_of[record.id] = record.chat_id
+        type_of[record.id] = record.type
         new_terms[record.id] = prepared.terms
         rows.append(
             {
@@ -209,14 +232,17 @@ def _child_depth(
     existing: dict[str, Any],
     depth: dict[str, int],
     chat_of: dict[str, str],
+    type_of: dict[str, str],
     batch_ids: set[str],
 ) -> int:
     parent_id = record.parent_id
     assert parent_id is not None
     if parent_id in depth:
         parent_chat, parent_depth = chat_of[parent_id], depth[parent_id]
+        parent_type = type_of[parent_id]
     elif parent_id in existing:
         parent_chat, parent_depth = existing[parent_id][1], existing[parent_id][3]
+        parent_type = existing[parent_id][6]
     elif parent_id in batch_ids:
         raise InvalidInputError(
             f"message {record.id!r} comes before its parent {parent_id!r} in the batch; "
@@ -229,6 +255,8 @@ def _child_depth(
             f"parent {parent_id!r} of message {record.id!r} is in chat {parent_chat!r}, "
             f"not {record.chat_id!r}"
         )
+    if parent_type == COMPACTION:
+        raise summary_refused(parent_id, f"the parent of message {record.id!r}")
     return int(parent_depth) + 1
 
 
@@ -303,6 +331,8 @@ def set_parent(conn: Connection, message_id: str, parent_id: str | None, touch: 
                 f"parent {parent_id!r} is in chat {parent[1]!r}, but message "
                 f"{message_id!r} is in chat {chat_id!r}"
             )
+        if parent[6] == COMPACTION:
+            raise summary_refused(parent_id, f"the parent of message {message_id!r}")
         if is_ancestor(conn, message_id, parent_id):
             raise InvalidGraphError(
                 f"{parent_id!r} descends from {message_id!r}; making it the parent "

@@ -89,6 +89,37 @@ def _check_time(value: datetime, what: str) -> None:
     v.check_timestamp(value, what)
 
 
+def _at_summary(what: str, summary_id: str, role: str) -> InvalidGraphError:
+    return InvalidGraphError(
+        f"{what} points at the compaction summary {summary_id!r}, which sits beside a branch "
+        f"and cannot be {role}; point it at the message the summary folds up to (its parent)"
+    )
+
+
+def _check_messages(records: list[MessageRecord]) -> set[str]:
+    """Refuse a compaction summary as a parent, a summary without a parent, and one whose
+    parent is not the message it says it folds through (records parents first). The records
+    themselves are taken as the store takes them (`add_message`), so that every export of a
+    stored chat imports. The summaries' ids."""
+    summaries: set[str] = set()
+    for record in records:
+        data = record.data if isinstance(record.data, dict) else {}
+        if record.parent_id in summaries:
+            raise _at_summary(f"message {record.id!r}", record.parent_id, "its parent")
+        if record.type == _messages.COMPACTION:
+            meta = data.get("metadata")
+            folded = meta.get("compaction") if isinstance(meta, dict) else None
+            through = folded.get("through") if isinstance(folded, dict) else None
+            if record.parent_id is None or (through is not None and through != record.parent_id):
+                raise InvalidGraphError(
+                    f"compaction summary {record.id!r} has parent {record.parent_id!r} but "
+                    f"folds through {through!r}; a summary's parent is the last message it "
+                    "folds (metadata.compaction.through)"
+                )
+            summaries.add(record.id)
+    return summaries
+
+
 def check_export(
     export: object,
 ) -> tuple[ChatExport, list[MessageRecord], dict[str, tuple[bytes, str]]]:
@@ -108,6 +139,7 @@ def check_export(
     for record in records:
         if record.chat_id != chat.id:
             raise InvalidGraphError(f"message {record.id!r} is not in chat {chat.id!r}")
+    summaries = _check_messages(records)
     active = [b for b in export.branches if b.is_active]
     if len(active) != 1:
         raise InvalidGraphError(
@@ -125,6 +157,8 @@ def check_export(
         branch_ids.add(branch.id)
         if branch.head_message_id is not None and branch.head_message_id not in ids:
             raise InvalidGraphError(f"branch {branch.name!r} points at a missing message")
+        if branch.head_message_id in summaries:
+            raise _at_summary(f"branch {branch.name!r}", branch.head_message_id, "its head")
     checkpoint_ids: set[str] = set()
     for checkpoint in export.checkpoints:
         v.check_id(checkpoint.id, "checkpoint.id")
@@ -133,6 +167,10 @@ def check_export(
         _check_time(checkpoint.created_at, f"checkpoint {checkpoint.name!r} created_at")
         if checkpoint.chat_id != chat.id or checkpoint.message_id not in ids:
             raise InvalidGraphError(f"checkpoint {checkpoint.name!r} points at a missing message")
+        if checkpoint.message_id in summaries:
+            raise _at_summary(
+                f"checkpoint {checkpoint.name!r}", checkpoint.message_id, "a checkpoint's message"
+            )
         if checkpoint.id in checkpoint_ids:
             raise InvalidGraphError(f"checkpoint id {checkpoint.id!r} appears twice in the export")
         checkpoint_ids.add(checkpoint.id)
