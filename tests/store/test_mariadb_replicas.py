@@ -216,7 +216,7 @@ async def test_a_server_that_is_not_a_replica_is_skipped(
         with caplog.at_level(logging.WARNING, logger="agentcontext"):
             await _save_turn(store, "c1", "one")
             assert await _history(store, "c1") == ["one", "re: one"]
-        assert "is not a standby" in caplog.text
+        assert "is not a replica of the primary" in caplog.text
         assert store.db.replicas.primary_reads > 0  # type: ignore[union-attr]
 
 
@@ -265,6 +265,67 @@ async def test_inside_begin_everything_runs_on_the_primary(pair: Pair) -> None:
         assert store.consistency_token("c1") is not None
 
 
+async def test_a_token_of_another_domain_is_refused_by_a_store_not_yet_opened(pair: Pair) -> None:
+    # Taken before the store knew its primary's domain, the token is checked at its first
+    # read, as a token ahead of the primary is: the same call means the same, opened or not.
+    async with SqlContextStore(pair.primary) as writer:
+        await _save_turn(writer, "c1", "one")
+    await pair.caught_up()
+    store = SqlContextStore(pair.primary, read_replicas=[pair.replica], replica_wait=0.05)
+    try:
+        other = ContextEngine(store=store, chat_id="c1", user_id="u", after="7-1-1")
+        with pytest.raises(InvalidInputError, match="replication domain 7"):
+            await other.resolve()
+        assert await _history(store, "c1") == ["one", "re: one"]
+        own = ContextEngine(store=store, chat_id="c1", user_id="u", after="0-1-1")
+        assert len((await own.resolve()).messages) == 2
+    finally:
+        await store.close()
+
+
+async def test_using_takes_a_connection_to_the_primary_and_refuses_one_to_a_replica(
+    pair: Pair,
+) -> None:
+    # The store's own database is the primary's, however far the replica is behind: the
+    # replica's connection is another server's, where a write would break replication.
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engines = {name: create_async_engine(url) for name, url in
+               (("primary", pair.primary), ("replica", pair.replica))}  # fmt: skip
+    try:
+        async with SqlContextStore(pair.primary, read_replicas=[pair.replica]) as store:
+            await _save_turn(store, "warm", "a read may go to the replica first")
+            await pair.caught_up()
+            assert await _history(store, "warm")
+            async with engines["replica"].begin() as conn:
+                with pytest.raises(InvalidInputError, match="another database"):
+                    async with store.using(conn):
+                        await _save_turn(store, "c1", "lost")
+            async with engines["primary"].begin() as conn, store.using(conn):
+                await _save_turn(store, "c1", "kept")
+            assert await _history(store, "c1") == ["kept", "re: kept"]
+        await pair.caught_up()  # (replication still runs: nothing was written on the replica)
+    finally:
+        for engine in engines.values():
+            await engine.dispose()
+
+
+async def test_a_server_logging_statements_is_refused_when_the_store_opens(pair: Pair) -> None:
+    # InnoDB cannot log the store's READ COMMITTED writes as statements: every write failed
+    # with a raw server error; the store now says what to set when it opens.
+    pair.servers.primary.sql("SET GLOBAL binlog_format = 'STATEMENT'")
+    try:
+        store = SqlContextStore(pair.primary)
+        with pytest.raises(InvalidInputError, match="binlog_format=ROW"):
+            await store.list_chats()
+        await store.close()
+    finally:
+        pair.servers.primary.sql("SET GLOBAL binlog_format = 'MIXED'")
+    async with SqlContextStore(pair.primary) as store:
+        await _save_turn(store, "c1", "logged as rows")
+        assert await _history(store, "c1") == ["logged as rows", "re: logged as rows"]
+
+
 # --- tokens, without a server -------------------------------------------------------------------
 
 
@@ -286,11 +347,20 @@ def test_tokens_round_trip(domain: int, server: int, sequence: int) -> None:
 @pytest.mark.parametrize(
     "bad",
     ["", "0/16B3748", "0-1", "0-1-2-3", "a-b-c", "-1-1-1", "0-1-18446744073709551616",
-     "4294967296-1-1", " 0-1-2", "0-1-2\n"],
+     "4294967296-1-1", " 0-1-2", "0-1-2\n", "\u0660-\u0661-\u0661", "\uff10-\uff11-\uff11", "0-1-\u0665"],
 )  # fmt: skip
 def test_bad_tokens_are_refused(bad: str) -> None:
     with pytest.raises(InvalidInputError, match="GTID like '0-1-42'"):
         MySQLDialect().parse_token(bad)
+
+
+def test_a_replica_url_of_another_database_kind_is_refused_as_such() -> None:
+    with pytest.raises(
+        InvalidInputError, match="a SQLite database cannot be a replica of a MariaDB"
+    ):
+        SqlContextStore(
+            "mysql+asyncmy://u:p@127.0.0.1:1/db", read_replicas=["sqlite+aiosqlite:///r.db"]
+        )
 
 
 def test_a_token_that_is_not_a_str_is_refused() -> None:

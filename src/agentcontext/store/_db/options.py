@@ -308,12 +308,13 @@ def _replicas(options: StoreOptions, dialect: Dialect) -> Replicas | None:
             url = make_url(item)
         except ArgumentError as exc:
             raise InvalidInputError(f"cannot parse the read replica URL: {exc}") from None
-        engine, made = make_engine(url, options)
-        if made.name != dialect.name:
+        kind = _dialects.dialect_class(url.get_backend_name())
+        if kind.name != dialect.name:  # (before its options are checked as its own store's)
             raise InvalidInputError(
-                f"read_replicas: a {made.title} database cannot be a replica of a "
+                f"read_replicas: a {kind.title} database cannot be a replica of a "
                 f"{dialect.title} database"
             )
+        engine, _ = make_engine(url, options)
         replicas.append(Replica(engine, owned=True))
     return Replicas(replicas, dialect, float(options.replica_wait))
 

@@ -308,6 +308,7 @@ class Replicas:
             position = self._told.pop(chat_id)
             if primary is None:
                 continue  # (a database whose log position is unknown: nothing to wait for)
+            position = self.dialect.settle_token(position)
             if position <= primary:
                 self._raise(chat_id, position)
             else:
@@ -498,7 +499,7 @@ class Replicas:
             self._skip(replica, "down", f"cannot be reached ({_reason(exc)})")
             return
         if position is None:
-            self._skip(replica, "primary", "is not a standby in recovery")
+            self._skip(replica, "primary", self.dialect.not_a_replica)
             return
         replica.position = max(replica.position, position)
         replica.checked_at = started

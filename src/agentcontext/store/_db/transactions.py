@@ -189,6 +189,7 @@ class Units(Protocol):
     async def acquire_one_connection(self) -> None: ...
     async def failed(self, exc: BaseException) -> ContextError: ...
     async def run(self, mode: Mode, unit: Callable[[Connection], T]) -> T: ...
+    async def on_primary(self, mode: Mode, unit: Callable[[Connection], T]) -> T: ...
 
 
 class Callers:
@@ -412,7 +413,8 @@ class Callers:
 
     async def _own_identity(self) -> tuple[Any, ...]:
         if self._identity is None:
-            self._identity = await self.db.run("read", self.db.dialect.database_identity)
+            # (The primary's: a read replica is another server, which using() must refuse.)
+            self._identity = await self.db.on_primary("read", self.db.dialect.database_identity)
         return self._identity
 
     @asynccontextmanager

@@ -105,6 +105,8 @@ class Dialect(abc.ABC):
     aliases: ClassVar[tuple[str, ...]] = ()
     """Other SQLAlchemy names of the same dialect (``"mariadb"`` for ``"mysql"``)."""
     title: ClassVar[str]
+    not_a_replica: ClassVar[str] = "is not a standby in recovery"
+    """Why a read replica that answers no replay position is skipped (in its warning)."""
     """Its name in messages (``"SQLite"``)."""
     driver: ClassVar[str]
     """The async driver the store uses with it (by default)."""
@@ -274,6 +276,12 @@ class Dialect(abc.ABC):
         """The position a consistency token names, or `InvalidInputError` (`InvalidTypeError`)
         saying what to pass."""
         return tokens.parse_token(token, name)
+
+    def settle_token(self, position: int) -> int:
+        """A position `parse_token` gave, once the primary has been asked where its log is:
+        checked against what the store learned then (MariaDB: the token's replication
+        domain, unknown when a store not yet opened took the token), or `InvalidInputError`."""
+        return position
 
     # --- values ------------------------------------------------------------------------------
 

@@ -100,6 +100,7 @@ from agentcontext.store._dialects.mysql_replicas import (
     format_token,
     parse_token,
     replay_position,
+    settle_token,
     write_position,
 )
 from agentcontext.store._dialects.mysql_search import (
@@ -158,6 +159,7 @@ class MySQLDialect(Dialect):
     name = "mysql"
     aliases = ("mariadb",)
     title = "MariaDB/MySQL"
+    not_a_replica = "is not a replica of the primary's domain (its gtid_slave_pos names none)"
     driver = "asyncmy"
     drivers = ("asyncmy", "aiomysql")
     options = frozenset(
@@ -243,8 +245,14 @@ class MySQLDialect(Dialect):
     def on_open(self, conn: Connection) -> None:
         if self.replicas:
             check_primary(conn)
-        packet = int(conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar_one())
-        warn_small_packet(packet, self.sealer.encrypted)
+        row = conn.exec_driver_sql("SELECT @@max_allowed_packet, @@log_bin, @@binlog_format").one()
+        if int(row[1] or 0) and str(row[2]).upper() == "STATEMENT":
+            raise InvalidInputError(
+                "this server logs statements (binlog_format=STATEMENT), which InnoDB cannot "
+                "do for the store's READ COMMITTED transactions: every write would fail. Set "
+                "binlog_format=ROW (or MIXED) on the server"
+            )
+        warn_small_packet(int(row[0]), self.sealer.encrypted)
 
     def database_identity(self, conn: Connection) -> tuple[Any, ...]:
         # The server; and without schema=, the connection's database, where the store's
@@ -269,6 +277,9 @@ class MySQLDialect(Dialect):
 
     def parse_token(self, token: object, name: str = "after") -> int:
         return parse_token(token, self.domain, name)
+
+    def settle_token(self, position: int) -> int:
+        return settle_token(position, self.domain)
 
     # --- values ------------------------------------------------------------------------------
 

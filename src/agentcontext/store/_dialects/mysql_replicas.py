@@ -22,9 +22,9 @@ from agentcontext import _validate as v
 from agentcontext.errors import InvalidInputError, InvalidTypeError
 
 __all__ = ["Domain", "check_primary", "format_token", "parse_token", "replay_position",
-           "write_position"]  # fmt: skip
+           "settle_token", "write_position"]  # fmt: skip
 
-_GTID = re.compile(r"(\d{1,10})-(\d{1,10})-(\d{1,20})")
+_GTID = re.compile(r"([0-9]{1,10})-([0-9]{1,10})-([0-9]{1,20})")  # (ASCII digits only)
 _MAX_UINT32 = 2**32 - 1
 _MAX_SEQUENCE = 2**64 - 1
 
@@ -97,9 +97,34 @@ def replay_position(conn: Connection, domain: Domain) -> int | None:
     return 0 if entry is None else entry[1]
 
 
+_DOMAIN_SHIFT = 64
+"""A token parsed before the store knew its primary's domain keeps its own domain above the
+sequence number (plus one, so that domain 0 is kept too), until `settle_token`."""
+
+
 def format_token(position: int, domain: Domain) -> str:
     """A sequence number of the primary's domain as a GTID (``"0-1-42"``)."""
-    return f"{domain.domain or 0}-{domain.server}-{position}"
+    named, sequence = position >> _DOMAIN_SHIFT, position & _MAX_SEQUENCE
+    return f"{named - 1 if named else domain.domain or 0}-{domain.server}-{sequence}"
+
+
+def settle_token(position: int, domain: Domain, name: str = "after") -> int:
+    """A token's position parsed before the primary's domain was known, checked against it
+    now that it is (`parse_token`): its sequence number, or `InvalidInputError`."""
+    named = position >> _DOMAIN_SHIFT
+    if not named or domain.domain is None:
+        return position
+    if named - 1 != domain.domain:
+        raise _other_domain(format_token(position, domain), named - 1, domain.domain, name)
+    return position & _MAX_SEQUENCE
+
+
+def _other_domain(token: str, named: int, primary: int, name: str) -> InvalidInputError:
+    return InvalidInputError(
+        f"{name}={token!r} names replication domain {named}, and this store's primary writes "
+        f"in domain {primary}: it was not issued by this database. Pass "
+        "SaveResult.consistency_token exactly as a save of this database returned it"
+    )
 
 
 def parse_token(token: object, domain: Domain, name: str = "after") -> int:
@@ -122,10 +147,8 @@ def parse_token(token: object, domain: Domain, name: str = "after") -> int:
             f"{name}={shown!r} is not a consistency token of a MariaDB store; pass "
             "SaveResult.consistency_token exactly as a save returned it (a GTID like '0-1-42')"
         )
-    if domain.domain is not None and numbers[0] != domain.domain:
-        raise InvalidInputError(
-            f"{name}={token!r} names replication domain {numbers[0]}, and this store's "
-            f"primary writes in domain {domain.domain}: it was not issued by this database. "
-            "Pass SaveResult.consistency_token exactly as a save of this database returned it"
-        )
+    if domain.domain is None:  # (checked once the store knows it: `settle_token`)
+        return ((numbers[0] + 1) << _DOMAIN_SHIFT) | numbers[2]
+    if numbers[0] != domain.domain:
+        raise _other_domain(token, numbers[0], domain.domain, name)
     return numbers[2]
