@@ -353,7 +353,7 @@ class LocalKeyProvider:
                     .where(_KEYS.c.user_id == user_id, _KEYS.c.wrapped.is_not(None))
                     .values(wrapped=None, master=None, destroyed_at=datetime.now(UTC))
                 )
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, OSError) as exc:
             raise self._failed(exc) from exc
         self._cache.pop(user_id, None)
         return bool(result.rowcount)
@@ -388,6 +388,21 @@ class LocalKeyProvider:
             return await self._rotate_now(engine, new)
 
     async def _rotate_now(self, engine: AsyncEngine, new: _Master) -> int:
+        try:
+            async with engine.connect() as conn:
+                found = (
+                    await conn.execute(select(_CHECK.c.value).where(_CHECK.c.name == _CHECK_ROW))
+                ).scalar_one_or_none()
+                if found is not None and hmac.compare_digest(str(found), new.check):
+                    # Rotated to this key already (a call whose caller stopped waiting, whose
+                    # event loop ended before it could say so): the same call once more.
+                    self._m, self._verified = new, (new.check, time.monotonic())
+                    wrapped = select(func.count()).where(
+                        _KEYS.c.wrapped.is_not(None), _KEYS.c.master == new.fingerprint
+                    )
+                    return int((await conn.execute(wrapped)).scalar_one())
+        except (SQLAlchemyError, OSError) as exc:
+            raise self._failed(exc) from exc
         old = await self._verify(engine, force=True)
         count = 0
         try:
@@ -417,7 +432,7 @@ class LocalKeyProvider:
                         .values(wrapped=self._wrap(user_id, key, new), master=new.fingerprint)
                     )
                     count += bool(result.rowcount)  # (not one destroyed meanwhile)
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, OSError) as exc:
             raise self._failed(exc) from exc
         self._m = new
         self._verified = (new.check, time.monotonic())
@@ -461,7 +476,7 @@ class LocalKeyProvider:
                         async with keyring.engine.begin() as conn:
                             await conn.run_sync(_metadata.create_all)
                         break
-                    except SQLAlchemyError as exc:
+                    except (SQLAlchemyError, OSError) as exc:
                         # Made meanwhile by another process, or a thread with a loop of its
                         # own ("already exists"): the tables are there all the same, or the
                         # other one is still making them (made again, each if missing).
@@ -484,7 +499,7 @@ class LocalKeyProvider:
         try:
             async with engine.connect() as conn:
                 return bool(await conn.run_sync(found))
-        except SQLAlchemyError:
+        except (SQLAlchemyError, OSError):
             if not quiet:
                 raise
             return False
@@ -501,7 +516,7 @@ class LocalKeyProvider:
         try:
             async with engine.connect() as conn:
                 holds = await conn.run_sync(holds_a_store)
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, OSError) as exc:
             raise self._failed(exc) from exc
         if holds:
             raise KeyringInStoreError(
@@ -536,7 +551,7 @@ class LocalKeyProvider:
                             )
                         )
                     ).first()
-            except SQLAlchemyError as exc:
+            except (SQLAlchemyError, OSError) as exc:
                 raise self._failed(exc) from exc
             if row is None:
                 await self._claim(engine, master)
@@ -597,7 +612,7 @@ class LocalKeyProvider:
                 )
         except IntegrityError:
             pass  # written meanwhile by another provider: read it again
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, OSError) as exc:
             raise self._failed(exc) from exc
 
     async def _write_key(self, engine: AsyncEngine, user_id: str, master: _Master) -> bool:
@@ -646,7 +661,7 @@ class LocalKeyProvider:
                             destroyed_at=None,
                         )
                     )
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, OSError) as exc:
             raise self._failed(exc) from exc
         return bool(result.rowcount)
 
@@ -672,7 +687,7 @@ class LocalKeyProvider:
                         )
                     )
                 ).first()
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, OSError) as exc:
             raise self._failed(exc) from exc
 
     def _wrap(self, user_id: str, key: bytes, master: _Master) -> bytes:

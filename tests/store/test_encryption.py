@@ -332,19 +332,25 @@ async def test_once_migrate_encrypt_has_finished_a_value_in_the_clear_is_corrupt
         assert [r.data["parts"][0]["text"] for r in await sealed.get_messages("c1")] == [
             "plain text"
         ]  # (a database being encrypted: plain chats read as they are)
-        late = ContextEngine(store=plain, chat_id="c2", user_id="u2")  # opened before
         await encrypt_in_place(sealed)
-        late.set(user("written in the clear after the run", id="m2"))
-        await late.save()
+        for chat_id, owner in (("c2", "u2"), ("c3", "u3")):  # a store opened before the run
+            late = ContextEngine(store=plain, chat_id=chat_id, user_id=owner)
+            late.set(user("written in the clear after the run", id=f"m-{chat_id}"))
+            await late.save()
         with pytest.raises(CorruptDataError, match="in the clear"):
             await sealed.get_messages("c2")
-        assert (await encrypt_in_place(sealed)).chats == 1
-        texts = [r.data["parts"][0]["text"] for r in await sealed.get_messages("c2")]
+        # Such a chat is still deleted whole (its search entries too, on SQLite).
+        assert (await sealed.erase_user("u3")).chat_ids == ["c3"]
+        await sealed.close()
+        again = SqlContextStore(url, encryption=provider)  # (not opened yet: the run opens it)
+        assert (await encrypt_in_place(again)).chats == 1
+        texts = [r.data["parts"][0]["text"] for r in await again.get_messages("c2")]
         assert texts == ["written in the clear after the run"]
-        assert [r.data["parts"][0]["text"] for r in await sealed.get_messages("c1")] == [
+        assert [r.data["parts"][0]["text"] for r in await again.get_messages("c1")] == [
             "plain text"
         ]
-        await sealed.close()
+        assert [hit.message.id for hit in await again.search_messages("c2", "clear")] == ["m-c2"]
+        await again.close()
     await write_behind("sqlite", url, "UPDATE chats SET title = 'FORGED' WHERE id = 'c1'")
     async with SqlContextStore(url, encryption=provider) as store:
         with pytest.raises(CorruptDataError, match="in the clear"):
@@ -611,6 +617,79 @@ async def test_search_with_a_keyring_not_the_datas_says_so_instead_of_finding_no
         assert [hit.message.chat_id for hit in await store.search_messages("a1", "zebra")] == ["a1"]
 
 
+async def test_a_users_first_key_made_by_another_worker_is_found_not_called_a_wrong_keyring(
+    backend: str, store_url: str, tmp_path: Path
+) -> None:
+    """A worker that asked for a user's key a moment ago (none yet) is asked for it afresh
+    before it says its keyring is not the data's: another worker has just made it."""
+    master = secrets.token_bytes(32)
+    async with (
+        LocalKeyProvider(master, tmp_path / "keyring.db") as mine,
+        LocalKeyProvider(master, tmp_path / "keyring.db") as theirs,
+        SqlContextStore(store_url, encryption=mine) as reader,
+        SqlContextStore(store_url, encryption=theirs) as writer,
+    ):
+        assert await reader.search_user_messages("newcomer", "zebra") == []  # (no key yet)
+        await _say(writer, "n1", "newcomer", "newcomer zebra")
+        hits = await reader.search_user_messages("newcomer", "zebra")
+        assert [hit.message.chat_id for hit in hits] == ["n1"]
+        texts = [r.data["parts"][0]["text"] for r in await reader.get_messages("n1")]
+        assert texts == ["newcomer zebra", "ok"]
+
+
+async def test_a_role_granted_its_tables_before_the_settings_table_still_opens_a_store(
+    tmp_path: Path,
+) -> None:
+    # A read-only role given SELECT on the tables as they were before revision 0015: stores
+    # open (the database known by its newest message) and say which grant is missing.
+    with fresh_database("postgres", "acro") as url:
+        role = f"acro_{uuid.uuid4().hex[:8]}"
+        admin = create_async_engine(url)
+        try:
+            async with SqlContextStore(url) as store:
+                await _say(store, "c1", "u1", "plain words")
+            async with admin.begin() as conn:
+                await conn.execute(text(f"CREATE ROLE {role} LOGIN"))
+                await conn.execute(text(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"))
+                await conn.execute(text(f"REVOKE SELECT ON agentcontext_settings FROM {role}"))
+            reader = make_url(url).set(username=role).render_as_string(hide_password=False)
+            async with SqlContextStore(reader, migrate=False) as store:
+                texts = [m.data["parts"][0]["text"] for m in await store.get_messages("c1")]
+                assert texts == ["plain words", "ok"]
+        finally:
+            async with admin.begin() as conn:
+                await conn.execute(text(f"DROP OWNED BY {role}"))
+                await conn.execute(text(f"DROP ROLE {role}"))
+            await admin.dispose()
+
+
+async def test_a_keyring_server_that_cannot_be_reached_is_unavailable_not_a_key_error(
+    tmp_path: Path,
+) -> None:
+    import socket
+
+    from agentcontext import StoreUnavailableError
+
+    with socket.socket() as free:  # a port nothing listens on
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+    for keyring in (
+        f"postgresql+asyncpg://postgres@127.0.0.1:{port}/keys",
+        f"mysql+asyncmy://root@127.0.0.1:{port}/keys",
+    ):
+        async with (
+            LocalKeyProvider(secrets.token_bytes(32), keyring) as provider,
+            SqlContextStore(url, encryption=provider) as store,
+        ):
+            engine = ContextEngine(store=store, chat_id="c1", user_id="u1")
+            engine.set(user("text"))
+            with pytest.raises(StoreUnavailableError, match="cannot be used") as caught:
+                await engine.save()
+            assert isinstance(caught.value, EncryptionError)
+            assert await store.list_chats() == []
+
+
 async def test_rotation_wraps_every_key_again_and_rewrites_no_message(tmp_path: Path) -> None:
     old, new = secrets.token_bytes(32), secrets.token_bytes(32)
     url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
@@ -760,6 +839,16 @@ async def test_a_rotation_cut_short_by_a_timeout_leaves_keyring_and_provider_agr
                         assert await fresh.get_data_key(name) == key
                 assert await provider.create_data_key("late") is not None
                 await provider.destroy_data_key("late")
+            # A provider left under the old key (its rotation's event loop ended before the
+            # rotation could say so) given the same key again takes it, and counts the same.
+            stale = LocalKeyProvider(master, keyring)
+            newest = secrets.token_bytes(32)
+            assert await provider.rotate(newest) == len(keys)
+            assert await stale.rotate(newest) == len(keys)
+            for name, key in keys.items():
+                stale.forget_cached_key(name)
+                assert await stale.get_data_key(name) == key
+            await stale.aclose()
 
 
 async def test_a_new_keyring_opened_by_many_providers_at_once(backend: str, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal, Protocol, Self
@@ -30,8 +31,10 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agentcontext._drivers import is_connection_error
 from agentcontext._validate import loads
 from agentcontext.errors import ContextError, EncryptionError, InvalidInputError
 from agentcontext.store._db import tokens
@@ -57,6 +60,8 @@ __all__ = [
     "orig",
     "sqlstate",
 ]
+
+_log = logging.getLogger("agentcontext.store")
 
 Mode = Literal["read", "snapshot", "write", "atomic"]
 """How a unit of work runs: ``read`` (no transaction: each statement sees the latest commits),
@@ -200,7 +205,7 @@ class Dialect(abc.ABC):
         before it writes any text there in the clear. An encrypted store learns whether every
         value is sealed (``sealing_complete``: a value in the clear is then corrupt). Returns
         whether the database still has to be marked as encrypted (`mark_sealed`)."""
-        settings = dict(conn.execute(select(S.c.name, S.c.value)).all())
+        settings = self._settings(conn)
         if self.sealer.encrypted:
             self.sealer.whole = SEALING_COMPLETE in settings
             return SEALING not in settings
@@ -217,6 +222,24 @@ class Dialect(abc.ABC):
         if newest is not None:
             self.sealer.open_json(newest[2], M.name, newest[0], newest[1])
         return False
+
+    def _settings(self, conn: Connection) -> dict[str, str]:
+        """The database's settings (`check_sealing`). A role that may not read their table (a
+        read-only role granted its tables before revision 0015 made it) gets none, and a
+        warning naming the grant: the database is then known by its newest message."""
+        try:
+            return {str(k): str(v) for k, v in conn.execute(select(S.c.name, S.c.value)).all()}
+        except DBAPIError as exc:
+            if is_connection_error(exc):
+                raise
+            conn.rollback()  # (PostgreSQL: the failed statement ended the transaction)
+            _log.warning(
+                "cannot read the table %s (%s): grant this role SELECT on it, so that the "
+                "store knows whether the database is encrypted",
+                S.name,
+                str(exc.orig).splitlines()[0] if exc.orig is not None else exc,
+            )
+            return {}
 
     def mark_sealed(self, conn: Connection, *, complete: bool | None = None) -> None:
         """Record in the database that it is encrypted (`check_sealing`), and with

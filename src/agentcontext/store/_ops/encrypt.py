@@ -64,7 +64,20 @@ async def encrypt_in_place(
     ``progress(done, total)`` is called after each chat."""
     if not dialect.sealer.encrypted:
         raise AssertionError("encrypt_in_place needs a store with a key provider")
-    dialect.sealer.whole = False  # (until the run ends, plain values are what it seals)
+    await db.initialize()  # (the store learns whether its database is sealed whole first)
+    whole, dialect.sealer.whole = dialect.sealer.whole, False
+    try:
+        return await _encrypt(db, dialect, progress)
+    except BaseException:
+        dialect.sealer.whole = whole  # (a run cut short leaves the store as strict as it was)
+        raise
+
+
+async def _encrypt(
+    db: Database, dialect: Dialect, progress: Callable[[int, int], object] | None
+) -> EncryptReport:
+    """`encrypt_in_place`, run while the store reads values in the clear as they are (they
+    are what it seals)."""
     total = int(await db.run("read", unit(_count)))
     done = chats = messages = snapshots = records = 0
     after = ""

@@ -127,9 +127,12 @@ def stored_terms(
     """What the search index holds for a stored message (to take it out again), from its
     raw data column and its chat's owner."""
     sealer = dialect.sealer
-    # A row left plain (an encrypted store whose `migrate encrypt` has not reached it yet)
-    # was indexed under plain hashes.
-    key = sealer.search_key(user_id) if sealer.encrypted and is_sealed_json(raw) else None
+    if sealer.encrypted and not is_sealed_json(raw):
+        # A row in the clear (one `migrate encrypt` has not reached yet, or one written behind
+        # the store's back) was indexed under plain hashes of its text as it is: its entries
+        # are taken out the same way, even where a value in the clear is corrupt to a reader.
+        return message_terms(index_tokens(dialect.decode_json(raw)), chat_id, user_id, None)
+    key = sealer.search_key(user_id) if sealer.encrypted else None
     data = data_of(dialect, raw, chat_id, message_id)
     return message_terms(index_tokens(data), chat_id, user_id, key)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import threading
 import time
 import weakref
 from collections import OrderedDict
@@ -62,6 +63,10 @@ WRITE_RECHECK_SECONDS = 30.0
 """A key held longer than this is asked for again before it seals anything: another process
 may have destroyed it (``erase_user``); the provider then makes the user a new one."""
 _RECHECK_SECONDS = 1.0
+_JUST_ASKED_SECONDS = 0.25
+"""A provider's "no key, and none destroyed" is asked for again, afresh, unless it was a moment
+ago (no older than this), before the store concludes that the provider is not the data's
+(another worker may have just made the user's first key)."""
 """A key found missing (or another than a value names) is asked for again after this long:
 another process may have made it meanwhile."""
 
@@ -128,6 +133,9 @@ class PlainSealer:
 
     def never_held(self, user_id: str) -> bool:
         return False
+
+    def confirm_never_held(self, user_id: str) -> None:
+        return None
 
     def pinned(self) -> contextlib.AbstractContextManager[Callable[[KeyNeeded], None]]:
         return contextlib.nullcontext(lambda need: None)
@@ -199,10 +207,14 @@ class _Entry:
     never: bool = False
     """No key, and the provider says it never destroyed one (``destroyed_at``): not the
     keyring the user's rows were written with."""
+    fresh: bool = False
+    """Asked for afresh (`KeyNeeded.fresh`: the provider told to read it again), and not yet
+    relied on to say the provider is not the data's (`confirm_never_held`)."""
 
 
 _sealers: weakref.WeakSet[KeyedSealer] = weakref.WeakSet()
 _erasing: dict[tuple[int, str], int] = {}
+_erasing_lock = threading.Lock()
 """Users being erased in this process (`KeyedSealer.erasing`), by key provider (its ``id``),
 with how many erasures of each are running."""
 
@@ -258,13 +270,15 @@ class KeyedSealer:
         by any store of the process that has this store's key provider, so no chat of theirs
         saved meanwhile there outlives their key unreadable."""
         held = (id(self.provider), user_id)
-        _erasing[held] = _erasing.get(held, 0) + 1
+        with _erasing_lock:  # (stores of other threads' event loops share it)
+            _erasing[held] = _erasing.get(held, 0) + 1
         try:
             yield
         finally:
-            _erasing[held] -= 1
-            if not _erasing[held]:
-                del _erasing[held]
+            with _erasing_lock:
+                _erasing[held] -= 1
+                if not _erasing[held]:
+                    del _erasing[held]
 
     def _refuse_erasing(self, user_id: str) -> None:
         if (id(self.provider), user_id) in _erasing:
@@ -316,9 +330,18 @@ class KeyedSealer:
 
     def never_held(self, user_id: str) -> bool:
         """Whether the provider has no key of ``user_id`` and says it destroyed none (as last
-        asked): rows of theirs sealed under a key are then not this provider's data."""
+        asked): rows of theirs sealed under a key would then not be this provider's data
+        (`confirm_never_held` before saying so)."""
         entry = self._keys.get(user_id)
         return entry is not None and entry.key is None and entry.never
+
+    def confirm_never_held(self, user_id: str) -> None:
+        """Before a call says the provider is not the data's (`never_held`, and sealed rows of
+        the user found): `KeyNeeded` to ask the provider afresh, unless this call just did
+        (another worker may have made the user's first key since the provider was asked)."""
+        entry = self._keys.get(user_id)
+        if entry is not None:
+            _ask_again_unless_just_asked(entry, user_id)
 
     def search_key(self, user_id: str) -> bytes | None:
         """The key of ``user_id``'s search terms, or None when the user has no data key (so
@@ -377,7 +400,7 @@ class KeyedSealer:
                     never = await destroyed_at(user_id) is None
                 except Exception:  # (only a better message is lost)
                     never = False
-            self._keys[user_id] = _Entry(key, time.monotonic(), never)
+            self._keys[user_id] = _Entry(key, time.monotonic(), never, need.fresh)
             self._keys.move_to_end(user_id)
         # The keys just loaded stay, however many (a list of more users' chats than the cache
         # holds needs them all at once: evicting some would make it ask again for ever).
@@ -680,6 +703,7 @@ class KeyedSealer:
             state = "was destroyed (the user was erased)" if key is None else "was replaced"
             where = f"of chat {chat_id!r} " if chat_id else ""
             if key is None and entry.never:
+                _ask_again_unless_just_asked(entry, user_id)
                 raise EncryptionError(
                     f"row {row_id!r} {where}(table {table.split('.')[0]}) is sealed under a "
                     f"data key of user {user_id!r} that the key provider never held (it has "
@@ -730,6 +754,14 @@ def is_sealed_json(raw: Any) -> bool:
 
 def _stale(entry: _Entry) -> bool:
     return time.monotonic() - entry.loaded_at > _RECHECK_SECONDS
+
+
+def _ask_again_unless_just_asked(entry: _Entry, user_id: str) -> None:
+    """`KeyNeeded` (fresh) for a provider's answer about ``user_id`` unless it was read afresh
+    a moment ago and not relied on yet (then it is, once: the call that asked takes it)."""
+    if not entry.fresh or time.monotonic() - entry.loaded_at > _JUST_ASKED_SECONDS:
+        raise KeyNeeded((user_id,), create=False, fresh=True)
+    entry.fresh = False
 
 
 def _aad(table: str, chat_id: str, row_id: str) -> bytes:
