@@ -308,7 +308,7 @@ def _replicas(options: StoreOptions, dialect: Dialect) -> Replicas | None:
             url = make_url(item)
         except ArgumentError as exc:
             raise InvalidInputError(f"cannot parse the read replica URL: {exc}") from None
-        kind = _dialects.dialect_class(url.get_backend_name())
+        kind = _dialects.class_for_url(url)
         if kind.name != dialect.name:  # (before its options are checked as its own store's)
             raise InvalidInputError(
                 f"read_replicas: a {kind.title} database cannot be a replica of a "

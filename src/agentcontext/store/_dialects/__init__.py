@@ -38,6 +38,7 @@ __all__ = [
     "PostgresDialect",
     "SqliteDialect",
     "UnitLocks",
+    "class_for_url",
     "database_file",
     "dialect_class",
     "dialect_classes",
@@ -67,6 +68,11 @@ def dialect_class(name: str) -> type[Dialect]:
             f"agentcontext supports {titles}, not {name!r}; use a {examples} URL"
         )
     return found
+
+
+def class_for_url(url: URL) -> type[Dialect]:
+    """The `Dialect` class of the database a URL names, or `InvalidInputError`."""
+    return dialect_class(url.get_backend_name())
 
 
 def for_url(url: URL, options: EngineOptions) -> Dialect:
