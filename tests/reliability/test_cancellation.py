@@ -11,6 +11,9 @@ rewind a new engine takes over (a request handler would). At the end:
   every head is a message of the chat;
 - the store still works, and no connection or thread was left behind.
 
+Encrypted stores too (``-sealed``): their key provider takes a moment for each key, and the
+store lets go of the key now and then, so that calls are interrupted while they wait for it.
+
 Seeded; ``AGENTCONTEXT_CANCEL_ROUNDS`` (default 30) and ``AGENTCONTEXT_CANCEL_SEED`` make it
 longer or another run (``nox -s cancel``).
 """
@@ -21,6 +24,7 @@ import asyncio
 import contextlib
 import os
 import random
+import secrets
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -31,6 +35,7 @@ import pytest
 from agentcontext import (
     ContextEngine,
     InMemoryContextStore,
+    LocalKeyProvider,
     SqlContextStore,
     assistant_text,
     user,
@@ -43,19 +48,54 @@ SEED = int(os.environ.get("AGENTCONTEXT_CANCEL_SEED", "20261124"))
 DELAYS = (0.0, 0.0, 0.00001, 0.0001, 0.0003, 0.001, 0.002, 0.005)
 
 
-@pytest.fixture(params=["sqlite", "postgres", "mariadb", "memory"])
+class SlowProvider:
+    """A key provider that takes a moment for each key (a KMS's round trip): the awaits a
+    cancellation can land in while an encrypted store fetches, makes or forgets keys."""
+
+    def __init__(self, inner: LocalKeyProvider) -> None:
+        self.inner = inner
+
+    async def get_data_key(self, user_id: str) -> bytes | None:
+        await asyncio.sleep(0.0003)
+        return await self.inner.get_data_key(user_id)
+
+    async def create_data_key(self, user_id: str) -> bytes:
+        await asyncio.sleep(0.0003)
+        return await self.inner.create_data_key(user_id)
+
+    async def destroy_data_key(self, user_id: str) -> bool:
+        await asyncio.sleep(0.0003)
+        return await self.inner.destroy_data_key(user_id)
+
+    async def destroyed_at(self, user_id: str) -> Any:
+        return await self.inner.destroyed_at(user_id)
+
+    def forget_cached_key(self, user_id: str) -> None:
+        self.inner.forget_cached_key(user_id)
+
+
+@pytest.fixture(
+    params=["sqlite", "postgres", "mariadb", "memory", "sqlite-sealed", "postgres-sealed",
+            "mariadb-sealed"]
+)  # fmt: skip
 async def cancel_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
-    if request.param == "memory":
+    backend, _, sealed = str(request.param).partition("-")
+    keys = LocalKeyProvider(secrets.token_bytes(32), tmp_path / "keyring.db") if sealed else None
+    encryption = None if keys is None else SlowProvider(keys)
+    if backend == "memory":
         store: SqlContextStore = InMemoryContextStore()
-    elif request.param == "sqlite":
-        store = SqlContextStore(f"sqlite+aiosqlite:///{tmp_path / 'cancel.db'}")
+    elif backend == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path / 'cancel.db'}"
+        store = SqlContextStore(url, encryption=encryption)
     else:
-        require_backend(request.param)
-        store = SqlContextStore(session_url(request.param, request))
+        require_backend(backend)
+        store = SqlContextStore(session_url(backend, request), encryption=encryption)
     threads = threading.active_count()
     await store.initialize()
     yield store, request.param
     await store.close()
+    if keys is not None:
+        await keys.aclose()
     # aiosqlite's threads end with their connections; give them a moment.
     for _ in range(100):
         if threading.active_count() <= threads:
@@ -115,6 +155,7 @@ async def test_random_cancellations_leave_the_graph_whole(cancel_store: Any) -> 
                 "resolve",
                 "search",
                 "rewind",
+                "forget",
             ]
         )
         if op == "save":
@@ -192,6 +233,10 @@ async def test_random_cancellations_leave_the_graph_whole(cancel_store: Any) -> 
                 assert [m.text for m in result.messages] == acknowledged
         elif op == "search":
             await interrupted(rng, lambda: store.search_messages(chat, "question"))
+        elif op == "forget":
+            # An encrypted store lets go of the user's key (its memory is bounded): the next
+            # call waits for the provider, and may be interrupted there.
+            store.db.dialect.sealer.forget("u")
         else:
             rewinds += 1
             head = engine.head_message_id
