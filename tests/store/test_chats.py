@@ -220,6 +220,27 @@ async def test_a_chat_that_gains_activity_moves_ahead_of_the_cursor(
     assert {c.id for c in await store.list_chats(user_id="u", limit=2)} == {"c1", "c4"}
 
 
+async def test_chat_metadata_reads_back_as_written_on_every_backend(
+    store: SqlContextStore,
+) -> None:
+    # PostgreSQL's jsonb wrote numbers back in its own form: 1e308 came back as a 309-digit
+    # int and -0.0 as 0.0, and the chat's export differed from SQLite's and MariaDB's.
+    import math
+
+    written = {"e": 1e308, "x": 1.5e300, "neg": -0.0, "small": 1e-300, "n": 12, "s": "1e308"}
+    await store.create_chat("floats", user_id="u", metadata=written)
+    found = (await store.get_chat("floats")).metadata  # type: ignore[union-attr]
+    assert found == written
+    assert {key: type(value) for key, value in found.items()} == {
+        key: type(value) for key, value in written.items()
+    }
+    assert math.copysign(1.0, found["neg"]) == -1.0
+    exported = (await store.export_chat("floats")).model_dump(mode="json")
+    assert exported["chat"]["metadata"]["e"] == 1e308
+    listed = await store.list_chats(metadata={"n": 12})
+    assert [chat.id for chat in listed] == ["floats"]
+
+
 async def test_list_chats_metadata_filter_is_exact_and_typed(store: SqlContextStore) -> None:
     await store.create_chat("s", user_id="u", metadata={"k": "1", "team": "red"})
     await store.create_chat("i", user_id="u", metadata={"k": 1, "team": "red"})

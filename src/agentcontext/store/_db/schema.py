@@ -32,7 +32,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects import mysql
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
@@ -171,14 +171,10 @@ class _JSONLongText(JSONText):
     cache_ok = True
 
 
-JSONDocument = (
-    JSON()
-    .with_variant(JSONB(), "postgresql")
-    .with_variant(JSONText(), "sqlite")
-    .with_variant(_JSONLongText(), *MYSQL)
-)
-"""JSON text on SQLite and MariaDB/MySQL, JSONB on PostgreSQL (documents queried inside:
-chats' metadata)."""
+JSONDocument = JSON().with_variant(JSONText(), "sqlite").with_variant(_JSONLongText(), *MYSQL)
+"""JSON text on SQLite and MariaDB/MySQL, ``json`` on PostgreSQL (chats' metadata): kept as
+written (``jsonb`` turned ``1e308`` into a 309-digit integer); filters that look inside cast it
+(`Dialect.metadata_filter`)."""
 
 JSONMessage = JSON().with_variant(JSONText(), "sqlite").with_variant(mysql.LONGTEXT(), *MYSQL)
 """JSON text on SQLite, ``json`` on PostgreSQL, ``LONGTEXT`` on MariaDB/MySQL: a message is

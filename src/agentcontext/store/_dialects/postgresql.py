@@ -258,7 +258,8 @@ class PostgresDialect(Dialect):
         )
 
     def metadata_filter(self, column: Any, wanted: Mapping[str, str | int | bool]) -> Any:
-        return type_coerce(column, postgresql.JSONB()).contains(dict(wanted))
+        # (The column is json, kept as written: cast where the filter looks inside.)
+        return cast(column, postgresql.JSONB()).contains(dict(wanted))
 
     def roles_filter(self, column_: ColumnElement[Any]) -> ColumnElement[bool]:
         return column_ == func.any(bindparam("roles", type_=postgresql.ARRAY(String())))
