@@ -18,16 +18,18 @@ draw the same thing, so what they draw is decided here, once:
 - **what a drawing needs** (`Shape`): the forest of the messages it draws, the active branch's
   path, the branch heads and checkpoints on each message, and the runs.
 
-This module imports nothing of the store but its records, so the store can use it too.
+This module imports nothing of the store but its records, and those only where it uses them
+(`unfold`), so that the store can import it as it loads, whichever is imported first.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-from agentcontext.store.records import Fold, Graph, GraphNode, GraphOutline
+if TYPE_CHECKING:  # (imported where used: the store imports this module as it loads)
+    from agentcontext.store.records import Fold, Graph, GraphNode, GraphOutline
 
 __all__ = ["DEFAULT_FOLD", "Shape", "find_runs", "kept_messages", "run_folds", "unfold"]
 
@@ -124,6 +126,8 @@ def unfold(
     For an outline, each fold's first message stands for its run: the last message of the
     run is left out and the message after the run hangs from the first. A graph has no folds.
     """
+    from agentcontext.store.records import GraphOutline
+
     if not isinstance(graph, GraphOutline):
         return graph.nodes, {}
     by_id = {node.id: node for node in graph.nodes}

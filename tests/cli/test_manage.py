@@ -237,6 +237,13 @@ def test_prune_dry_run_user_and_delete(url: str, tmp_path: Path) -> None:
     report = json.loads(only.stdout)
     assert report["dry_run"] is False
     assert [c["id"] for c in report["chats"]] == ["trip"]
+    assert report["deleted"]["chats"] == 1 and report["deleted"]["messages"] >= 1  # (a receipt)
+    assert report["pruned_at"]
+    too_long = run_cli(
+        "--url", url, "prune", "--older-than", "999999d", "--dry-run", cwd=tmp_path
+    )  # (the same refusal as without --dry-run, never a traceback)
+    assert too_long.returncode == 2 and "reaches before year 1" in too_long.stderr
+    assert "Traceback" not in too_long.stderr
     remaining = {row["id"] for row in tsv(run_cli("--url", url, "chats", cwd=tmp_path).stdout)}
     assert remaining == {"work", "tools"}
 

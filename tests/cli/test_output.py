@@ -218,3 +218,29 @@ def test_console_script_and_version(tmp_path: Path) -> None:
     from agentcontext import __version__
 
     assert result.stdout.strip() == f"agentcontext {__version__}"
+
+
+def test_ctrl_c_while_the_command_line_starts_is_one_line_and_exit_130() -> None:
+    """Ctrl-C in the most of a second the command line spends importing its modules: it was a
+    KeyboardInterrupt traceback and death by signal; now it is what Ctrl-C later gives."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    codes = []
+    for delay in (0.05, 0.1, 0.2):
+        process = subprocess.Popen(
+            [sys.executable, "-m", "agentcontext", "--help"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        time.sleep(delay)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+        assert "Traceback" not in err.decode(), err.decode()
+        assert process.returncode in (0, 130)  # (0: it had printed its help already)
+        if process.returncode == 130:
+            assert err.decode().strip() == "interrupted"
+        codes.append(process.returncode)
+    assert 130 in codes

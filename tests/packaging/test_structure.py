@@ -184,3 +184,29 @@ def test_no_module_grows_without_bound() -> None:
         if (count := len(path.read_text().splitlines())) > MAX_MODULE_LINES
     }
     assert long == {}
+
+
+def test_every_public_module_imports_first_in_a_fresh_interpreter() -> None:
+    """`from agentcontext.web import create_app` in a new process failed with a circular
+    import (the graph shape and the store imported each other as they loaded); whichever public
+    module a program imports first must work."""
+    import pkgutil
+    import subprocess
+    import sys
+
+    import agentcontext
+
+    names = [
+        found.name
+        for found in pkgutil.walk_packages(agentcontext.__path__, "agentcontext.")
+        if not any(part.startswith("_") for part in found.name.split(".")[1:])
+    ]
+    assert "agentcontext.web" in names and "agentcontext.store" in names
+    failed = {}
+    for name in names:
+        done = subprocess.run(
+            [sys.executable, "-c", f"import {name}"], capture_output=True, text=True
+        )
+        if done.returncode:
+            failed[name] = done.stderr.strip().splitlines()[-1]
+    assert failed == {}

@@ -375,6 +375,9 @@ def test_paging_and_metadata_filter(store_url: str) -> None:
         assert red.count('href="/chat?id=c') == 27
         assert c.get("/?meta=n%3D3").text.count('href="/chat?id=c') == 1
         assert c.get("/?meta=nonsense").status_code == 400
+        for digits in (20, 4300, 4301, 5000):  # (int() of 4 301 digits raised: a 500 page)
+            huge = c.get("/?meta=n%3D" + "9" * digits)
+            assert huge.status_code == 400 and "64 bits" in huge.text
         assert "enter a user" in c.get("/?q=hello").text
 
 

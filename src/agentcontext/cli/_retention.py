@@ -10,8 +10,8 @@ from typing import Any
 from agentcontext.cli._browse import add_json
 from agentcontext.cli._common import EXIT_OK, Env, open_store
 from agentcontext.cli._output import count
-from agentcontext.errors import ChatNotFoundError
-from agentcontext.store import ChatInfo
+from agentcontext.errors import ChatNotFoundError, InvalidInputError
+from agentcontext.store import ChatInfo, PruneReport
 from agentcontext.store.records import utcnow
 
 __all__ = ["parse_duration", "register"]
@@ -100,9 +100,14 @@ async def _prune(args: argparse.Namespace, env: Env) -> int:
                 report = await store.prune(
                     older_than=args.older_than, user_id=args.user, progress=progress
                 )
-            _report(args, env, report.older_than, report.chats)
+            _report(args, env, report.older_than, report.chats, report)
             return EXIT_OK
-        cutoff: datetime = utcnow() - args.older_than
+        try:
+            cutoff: datetime = utcnow() - args.older_than
+        except OverflowError:  # (as prune() itself says it)
+            raise InvalidInputError(
+                f"older_than {args.older_than!r} reaches before year 1; give a shorter duration"
+            ) from None
         stale: list[ChatInfo] = []
         after: str | None = None
         while True:
@@ -115,14 +120,24 @@ async def _prune(args: argparse.Namespace, env: Env) -> int:
     return EXIT_OK
 
 
-def _report(args: argparse.Namespace, env: Env, cutoff: datetime, chats: list[ChatInfo]) -> None:
+def _report(
+    args: argparse.Namespace,
+    env: Env,
+    cutoff: datetime,
+    chats: list[ChatInfo],
+    report: PruneReport | None = None,
+) -> None:
     out = env.out
     if args.json:
+        done = {} if report is None else {
+            "deleted": report.deleted, "pruned_at": report.pruned_at.isoformat()
+        }  # fmt: skip
         out.json(
             {
                 "dry_run": args.dry_run,
                 "older_than": cutoff.isoformat(),
                 "chats": [chat.model_dump(mode="json") for chat in chats],
+                **done,
             }
         )
         return

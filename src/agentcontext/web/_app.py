@@ -181,6 +181,8 @@ def _meta_filter(text: str) -> tuple[str, str | int | bool]:
     if value.lower() in ("true", "false"):
         return key, value.lower() == "true"
     if _META.fullmatch(value):
+        if len(value.lstrip("+-")) > 19:  # (int() of 4 301 digits or more raises, too)
+            raise _BadRequest(f"metadata filter value of {key!r} must fit in 64 bits")
         return key, int(value)
     return key, value
 
