@@ -22,6 +22,7 @@ from agentcontext.fragments import (
     is_lazy_fragment,
     is_message_fragment,
     message_of,
+    with_message_id,
 )
 from agentcontext.messages import Message
 from agentcontext.store.records import Branch
@@ -94,15 +95,34 @@ def turn_at_head(chain: ChainView) -> str:
 class TurnTracker:
     """The streaming turn an engine has in progress: begun, not completed yet."""
 
-    __slots__ = ("current",)
+    __slots__ = ("attempted", "current")
 
     def __init__(self) -> None:
         self.current: str | None = None
         """The placeholder of the turn, or None."""
+        self.attempted: Message | None = None
+        """The user message of the last ``begin_turn``, until its turn is heard to be
+        completed (`completed`): a call of it, or of its ``complete_turn``, may have been cut
+        short, and the caller retry the turn."""
+
+    def retried(
+        self, question: Message, fragment: ContextFragment
+    ) -> tuple[Message, ContextFragment]:
+        """``begin_turn`` retried after a call whose outcome was lost, with the fragment built
+        again (``user("...")`` draws a new id each time): the same words are the same turn, under
+        the id of the first attempt, so that it is stored once. Else as given."""
+        attempted = self.attempted
+        if (
+            attempted is None
+            or attempted.id == question.id
+            or question.model_copy(update={"id": attempted.id}) != attempted
+        ):
+            return question, fragment
+        return attempted, with_message_id(fragment, attempted.id)
 
     def reset(self) -> None:
         """Forget the turn (the engine moved to another branch, or its save rolled back)."""
-        self.current = None
+        self.current = self.attempted = None
 
     @staticmethod
     def placeholder_for(question: Message, pending: PendingQueue) -> str:
@@ -142,4 +162,4 @@ class TurnTracker:
     def completed(self, target: str) -> None:
         """The placeholder ``target`` was filled."""
         if target == self.current:
-            self.current = None
+            self.current = self.attempted = None

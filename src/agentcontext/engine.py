@@ -413,12 +413,17 @@ class ContextEngine:
 
         Idempotent like `save`: calling ``begin_turn`` again with the same fragment after a
         call whose outcome was lost (cancelled, timed out) stores the turn once and returns the
-        same placeholder; so does calling it again after the turn was completed (the whole
-        turn retried): the stored turn's placeholder id is returned and nothing is written.
+        same placeholder, and so does a fragment built again with the same words (a new
+        ``user("...")``: the first attempt's id is kept); so does calling it again after the
+        turn was completed (the whole turn retried): the stored turn's placeholder id is
+        returned and nothing is written.
         On failure the pending queue is as it was before the call.
         """
-        question = turn_message(user_fragment, "user")
+        question, user_fragment = self._turns.retried(
+            turn_message(user_fragment, "user"), user_fragment
+        )
         placeholder = self._turns.placeholder_for(question, self._pending)
+        self._turns.attempted = question  # (until its turn is heard to be completed)
         if not self._pending:
             async with self._session():
                 await self._conv.sync()

@@ -158,6 +158,26 @@ async def test_a_turn_started_before_the_previous_one_completed(
     assert texts(await make_engine().get_messages()) == ["A", "reply-A", "B", "reply-B"]
 
 
+async def test_a_turn_retried_with_its_fragment_built_again_is_stored_once(
+    make_engine: EngineFactory,
+) -> None:
+    # A retry loop builds ``user("...")`` again each time, and each build draws a new id: the
+    # same words retried while the turn is not heard to be completed are the same turn (it was
+    # stored twice). Once completed, the same words are a new turn.
+    engine = make_engine()
+    first = await engine.begin_turn(user("same words"))
+    again = await engine.begin_turn(user("same words"))  # (the first call's answer was lost)
+    assert again == first
+    await engine.complete_turn(assistant_text("the answer"))
+    assert texts(await make_engine().get_messages()) == ["same words", "the answer"]
+    later = await engine.begin_turn(user("same words"))
+    assert later != first
+    await engine.complete_turn(assistant_text("another answer"))
+    assert texts(await make_engine().get_messages()) == [
+        "same words", "the answer", "same words", "another answer"
+    ]  # fmt: skip
+
+
 async def test_overlapping_turns_first_answer_finishes_last(
     make_engine: EngineFactory,
 ) -> None:

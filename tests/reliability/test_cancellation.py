@@ -174,6 +174,10 @@ async def test_random_cancellations_leave_the_graph_whole(cancel_store: Any) -> 
                 rng, lambda asked=asked, e=engine: e.begin_turn(asked)
             )
             if not done:
+                # Retried with the same fragment, or with one built again (a new id, the same
+                # words), as a retry loop that calls user("...") each time does.
+                if rng.random() < 0.5:
+                    asked = user(question)
                 placeholder = await until_done(lambda asked=asked, e=engine: e.begin_turn(asked))
             reply = assistant_text(answer)
             done, _ = await interrupted(rng, lambda reply=reply, e=engine: e.complete_turn(reply))
@@ -195,7 +199,9 @@ async def test_random_cancellations_leave_the_graph_whole(cancel_store: Any) -> 
 
             done, _ = await interrupted(rng, lambda e=engine: whole(e))
             if not done:
-                await until_done(lambda e=engine: whole(e))
+                if rng.random() < 0.5:  # (built again: a new id, the same words)
+                    asked, reply = user(question), assistant_text(answer)
+                await until_done(lambda e=engine, a=asked, r=reply: whole(e, a, r))
             acknowledged += [question, answer]
         elif op == "using":
             # A turn saved inside the caller's own transaction, interrupted anywhere (before,
