@@ -229,26 +229,32 @@ def test_encrypted_search_equals_plain_search(
         assert user_wide[1] == user_wide[0]
 
 
-async def copy_value(
-    backend: str, store_url: str, table: str, column: str, source: str, target: str
-) -> None:
-    """Copy a column's value from one row to another as the database holds it, behind the
-    store's back (a derived table: MySQL will not read the table it updates)."""
+async def write_behind(backend: str, store_url: str, statement: str, **values: Any) -> None:
+    """Run ``statement`` on the database behind the store's back (a writer outside it)."""
     direct = make_url(store_url)
     if backend == "pgbouncer":  # past the pooler, straight to the server
         direct = direct.set(port=5432).difference_update_query(["pgbouncer"])
     engine = create_async_engine(direct)
     try:
         async with engine.begin() as conn:
-            await conn.execute(
-                text(
-                    f"UPDATE {table} SET {column} = (SELECT {column} FROM (SELECT {column} "
-                    f"FROM {table} WHERE id = :source) AS t) WHERE id = :target"
-                ),
-                {"source": source, "target": target},
-            )
+            await conn.execute(text(statement), values)
     finally:
         await engine.dispose()
+
+
+async def copy_value(
+    backend: str, store_url: str, table: str, column: str, source: str, target: str
+) -> None:
+    """Copy a column's value from one row to another as the database holds it, behind the
+    store's back (a derived table: MySQL will not read the table it updates)."""
+    await write_behind(
+        backend,
+        store_url,
+        f"UPDATE {table} SET {column} = (SELECT {column} FROM (SELECT {column} "
+        f"FROM {table} WHERE id = :source) AS t) WHERE id = :target",
+        source=source,
+        target=target,
+    )
 
 
 async def test_a_value_moved_to_another_row_does_not_open(
@@ -272,19 +278,6 @@ async def test_a_value_moved_to_another_row_does_not_open(
         infos = {info.id: info for info in await store.list_chats()}
         assert infos["b"].damaged is not None and infos["b"].title is None
         assert infos["a"].title == "title of a"
-
-
-async def write_behind(backend: str, store_url: str, statement: str, **values: Any) -> None:
-    """Run ``statement`` on the database behind the store's back (a writer outside it)."""
-    direct = make_url(store_url)
-    if backend == "pgbouncer":  # past the pooler, straight to the server
-        direct = direct.set(port=5432).difference_update_query(["pgbouncer"])
-    engine = create_async_engine(direct)
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(text(statement), values)
-    finally:
-        await engine.dispose()
 
 
 async def test_a_value_replaced_by_text_in_the_clear_is_corrupt_not_the_users_text(

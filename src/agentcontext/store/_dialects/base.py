@@ -110,9 +110,9 @@ class Dialect(abc.ABC):
     aliases: ClassVar[tuple[str, ...]] = ()
     """Other SQLAlchemy names of the same dialect (``"mariadb"`` for ``"mysql"``)."""
     title: ClassVar[str]
+    """Its name in messages (``"SQLite"``)."""
     not_a_replica: ClassVar[str] = "is not a standby in recovery"
     """Why a read replica that answers no replay position is skipped (in its warning)."""
-    """Its name in messages (``"SQLite"``)."""
     driver: ClassVar[str]
     """The async driver the store uses with it (by default)."""
     drivers: ClassVar[tuple[str, ...]] = ()
