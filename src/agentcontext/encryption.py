@@ -34,12 +34,6 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy import (
-    Column,
-    DateTime,
-    LargeBinary,
-    MetaData,
-    String,
-    Table,
     exists,
     func,
     inspect,
@@ -52,6 +46,7 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, InvalidRequestError, S
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentcontext._drivers import is_connection_error, unknown_arguments
+from agentcontext._keyring import CHECK, KEYS, METADATA, exact_user_ids
 from agentcontext.errors import (
     EncryptionError,
     InvalidInputError,
@@ -135,34 +130,6 @@ def _check_user(user_id: object) -> str:
     if not isinstance(user_id, str) or not user_id:
         raise InvalidInputError("a data key belongs to a user: user_id must be a non-empty str")
     return user_id
-
-
-KEYRING_TABLE = "agentcontext_data_keys"
-"""The keyring's table of wrapped data keys: a store refuses a database that holds it (the
-keyring must not be in the data's database)."""
-
-_metadata = MetaData()
-_KEYS = Table(
-    KEYRING_TABLE,
-    _metadata,
-    Column("user_id", String(255, collation=None), primary_key=True),
-    Column("wrapped", LargeBinary, nullable=True),
-    Column("master", String(16), nullable=True),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("destroyed_at", DateTime(timezone=True), nullable=True),
-)
-_CHECK = Table(
-    # The keyring's master key, as a check value (an HMAC of a constant under it) and a
-    # fingerprint: a key is written only while the check value is this provider's, in the
-    # statement that writes it, and `rotate` replaces it in the transaction that wraps the keys
-    # again. A provider with a stale or wrong master key makes no key the others cannot open.
-    "agentcontext_keyring",
-    _metadata,
-    Column("name", String(32), primary_key=True),
-    Column("value", String(64), nullable=False),
-    Column("master", String(16), nullable=False),
-    Column("updated_at", DateTime(timezone=True), nullable=False),
-)
 
 
 class KeyringUnavailableError(EncryptionError, StoreUnavailableError):
@@ -349,8 +316,8 @@ class LocalKeyProvider:
         try:
             async with engine.begin() as conn:
                 result = await conn.execute(
-                    update(_KEYS)
-                    .where(_KEYS.c.user_id == user_id, _KEYS.c.wrapped.is_not(None))
+                    update(KEYS)
+                    .where(KEYS.c.user_id == user_id, KEYS.c.wrapped.is_not(None))
                     .values(wrapped=None, master=None, destroyed_at=datetime.now(UTC))
                 )
         except (SQLAlchemyError, OSError) as exc:
@@ -391,14 +358,14 @@ class LocalKeyProvider:
         try:
             async with engine.connect() as conn:
                 found = (
-                    await conn.execute(select(_CHECK.c.value).where(_CHECK.c.name == _CHECK_ROW))
+                    await conn.execute(select(CHECK.c.value).where(CHECK.c.name == _CHECK_ROW))
                 ).scalar_one_or_none()
                 if found is not None and hmac.compare_digest(str(found), new.check):
                     # Rotated to this key already (a call whose caller stopped waiting, whose
                     # event loop ended before it could say so): the same call once more.
                     self._m, self._verified = new, (new.check, time.monotonic())
                     wrapped = select(func.count()).where(
-                        _KEYS.c.wrapped.is_not(None), _KEYS.c.master == new.fingerprint
+                        KEYS.c.wrapped.is_not(None), KEYS.c.master == new.fingerprint
                     )
                     return int((await conn.execute(wrapped)).scalar_one())
         except (SQLAlchemyError, OSError) as exc:
@@ -411,24 +378,24 @@ class LocalKeyProvider:
                 # locking, in the statement that writes) until this transaction ends, so no
                 # key is made under the old master key that this one does not wrap again.
                 moved = await conn.execute(
-                    update(_CHECK)
-                    .where(_CHECK.c.name == _CHECK_ROW, _CHECK.c.value == old.check)
+                    update(CHECK)
+                    .where(CHECK.c.name == _CHECK_ROW, CHECK.c.value == old.check)
                     .values(value=new.check, master=new.fingerprint, updated_at=datetime.now(UTC))
                 )
                 if moved.rowcount != 1:
                     raise self._another_master(None, old, rotated_meanwhile=True)
                 rows = (
                     await conn.execute(
-                        select(_KEYS.c.user_id, _KEYS.c.wrapped, _KEYS.c.master).where(
-                            _KEYS.c.wrapped.is_not(None)
+                        select(KEYS.c.user_id, KEYS.c.wrapped, KEYS.c.master).where(
+                            KEYS.c.wrapped.is_not(None)
                         )
                     )
                 ).all()
                 for user_id, wrapped, master in rows:
                     key = self._unwrap(user_id, wrapped, master, old)
                     result = await conn.execute(
-                        update(_KEYS)
-                        .where(_KEYS.c.user_id == user_id, _KEYS.c.wrapped.is_not(None))
+                        update(KEYS)
+                        .where(KEYS.c.user_id == user_id, KEYS.c.wrapped.is_not(None))
                         .values(wrapped=self._wrap(user_id, key, new), master=new.fingerprint)
                     )
                     count += bool(result.rowcount)  # (not one destroyed meanwhile)
@@ -474,7 +441,8 @@ class LocalKeyProvider:
                 for attempt in range(5):
                     try:
                         async with keyring.engine.begin() as conn:
-                            await conn.run_sync(_metadata.create_all)
+                            await conn.run_sync(METADATA.create_all)
+                            await conn.run_sync(exact_user_ids)
                         break
                     except (SQLAlchemyError, OSError) as exc:
                         # Made meanwhile by another process, or a thread with a loop of its
@@ -494,7 +462,7 @@ class LocalKeyProvider:
 
         def found(sync: Any) -> bool:
             inspector = inspect(sync)
-            return all(inspector.has_table(table.name) for table in (_KEYS, _CHECK))
+            return all(inspector.has_table(table.name) for table in (KEYS, CHECK))
 
         try:
             async with engine.connect() as conn:
@@ -546,9 +514,7 @@ class LocalKeyProvider:
                 async with engine.connect() as conn:
                     row = (
                         await conn.execute(
-                            select(_CHECK.c.value, _CHECK.c.master).where(
-                                _CHECK.c.name == _CHECK_ROW
-                            )
+                            select(CHECK.c.value, CHECK.c.master).where(CHECK.c.name == _CHECK_ROW)
                         )
                     ).first()
             except (SQLAlchemyError, OSError) as exc:
@@ -565,7 +531,7 @@ class LocalKeyProvider:
             return master
         raise EncryptionError(  # pragma: no cover - its check value changing all along
             f"the check value of the master key in the keyring {self.keyring_url} (its table "
-            f"{_CHECK.name}) kept changing or could not be written: check that the table is "
+            f"{CHECK.name}) kept changing or could not be written: check that the table is "
             "writable and that no process rotates the master key over and over, then try again"
         )
 
@@ -579,9 +545,9 @@ class LocalKeyProvider:
                     fingerprint: int(n)
                     for fingerprint, n in (
                         await conn.execute(
-                            select(_KEYS.c.master, func.count())
-                            .where(_KEYS.c.wrapped.is_not(None))
-                            .group_by(_KEYS.c.master)
+                            select(KEYS.c.master, func.count())
+                            .where(KEYS.c.wrapped.is_not(None))
+                            .group_by(KEYS.c.master)
                         )
                     ).all()
                 }
@@ -591,10 +557,10 @@ class LocalKeyProvider:
                 if mine:  # (one of them opens: the fingerprint is no accident)
                     sample = (
                         await conn.execute(
-                            select(_KEYS.c.user_id, _KEYS.c.wrapped, _KEYS.c.master)
+                            select(KEYS.c.user_id, KEYS.c.wrapped, KEYS.c.master)
                             .where(
-                                _KEYS.c.master == master.fingerprint,
-                                _KEYS.c.wrapped.is_not(None),
+                                KEYS.c.master == master.fingerprint,
+                                KEYS.c.wrapped.is_not(None),
                             )
                             .limit(1)
                         )
@@ -603,7 +569,7 @@ class LocalKeyProvider:
                         self._unwrap(sample[0], sample[1], sample[2], master)
             async with engine.begin() as conn:
                 await conn.execute(
-                    _CHECK.insert().values(
+                    CHECK.insert().values(
                         name=_CHECK_ROW,
                         value=master.check,
                         master=master.fingerprint,
@@ -623,7 +589,7 @@ class LocalKeyProvider:
         a key, made by another provider first)."""
         now = datetime.now(UTC)
         wrapped = self._wrap(user_id, secrets.token_bytes(KEY_BYTES), master)
-        is_mine = (_CHECK.c.name == _CHECK_ROW, _CHECK.c.value == master.check)
+        is_mine = (CHECK.c.name == _CHECK_ROW, CHECK.c.value == master.check)
         # The row inserted first, each statement its own transaction: an UPDATE that finds no
         # row, then an INSERT, in one transaction deadlocks two users' first keys on MariaDB
         # and MySQL (each holds a gap lock the other's insert waits for).
@@ -632,26 +598,26 @@ class LocalKeyProvider:
                 async with engine.begin() as conn:
                     source = (
                         select(
-                            literal(user_id, _KEYS.c.user_id.type),
-                            literal(wrapped, _KEYS.c.wrapped.type),
-                            literal(master.fingerprint, _KEYS.c.master.type),
-                            literal(now, _KEYS.c.created_at.type),
+                            literal(user_id, KEYS.c.user_id.type),
+                            literal(wrapped, KEYS.c.wrapped.type),
+                            literal(master.fingerprint, KEYS.c.master.type),
+                            literal(now, KEYS.c.created_at.type),
                         )
                         .where(*is_mine)
                         .with_for_update(read=True)
                     )
                     columns = ["user_id", "wrapped", "master", "created_at"]  # (not destroyed)
-                    result = await conn.execute(_KEYS.insert().from_select(columns, source))
+                    result = await conn.execute(KEYS.insert().from_select(columns, source))
             except IntegrityError:
                 # A row is there: a destroyed key's tombstone (replaced by the new key), or a
                 # key another process made first (kept: theirs is used).
                 async with engine.begin() as conn:
-                    mine = select(_CHECK.c.name).where(*is_mine).with_for_update(read=True)
+                    mine = select(CHECK.c.name).where(*is_mine).with_for_update(read=True)
                     result = await conn.execute(
-                        update(_KEYS)
+                        update(KEYS)
                         .where(
-                            _KEYS.c.user_id == user_id,
-                            _KEYS.c.wrapped.is_(None),
+                            KEYS.c.user_id == user_id,
+                            KEYS.c.wrapped.is_(None),
                             exists(mine),
                         )
                         .values(
@@ -682,8 +648,8 @@ class LocalKeyProvider:
             async with engine.connect() as conn:
                 return (
                     await conn.execute(
-                        select(_KEYS.c.wrapped, _KEYS.c.master, _KEYS.c.destroyed_at).where(
-                            _KEYS.c.user_id == user_id
+                        select(KEYS.c.wrapped, KEYS.c.master, KEYS.c.destroyed_at).where(
+                            KEYS.c.user_id == user_id
                         )
                     )
                 ).first()

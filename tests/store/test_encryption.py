@@ -47,7 +47,7 @@ from agentcontext.messages import Message
 from agentcontext.snapshots import ContextSnapshot
 from agentcontext.store import ChatUpdate, MessageRecord, SearchResult, SqlContextStore
 from agentcontext.store._rows.sealing import KeyNotHeld
-from tests.conftest import fresh_database, pg_admin_url
+from tests.conftest import fresh_database, pg_admin_url, require_backend
 from tests.helpers import chain, run_in_threads
 
 PLANT = "qzvplanted" + secrets.token_hex(4)
@@ -842,6 +842,68 @@ async def test_a_rotation_cut_short_by_a_timeout_leaves_keyring_and_provider_agr
                 stale.forget_cached_key(name)
                 assert await stale.get_data_key(name) == key
             await stale.aclose()
+
+
+_LOOKALIKES = ("alice", "Alice", "ALICE", "alice ", "alicé", "alice\u0301")
+"""User ids that MariaDB's default collation takes for one another (case, trailing spaces,
+accents)."""
+
+
+async def test_user_ids_differing_only_in_case_accents_or_spaces_have_keys_of_their_own(
+    backend: str, tmp_path: Path
+) -> None:
+    """The keyring compares user ids exactly, as the store does: on a MariaDB keyring, erasing
+    "ALICE" (who has no key) destroyed the key of "alice", and "Alice" got alice's key back,
+    which her binding refused as a keyring altered."""
+    with contextlib.ExitStack() as stack:
+        if backend == "sqlite":
+            keyring = str(tmp_path / "lookalikes.db")
+        else:
+            keyring = stack.enter_context(fresh_database(backend, "ackeys"))
+        async with LocalKeyProvider(secrets.token_bytes(32), keyring) as provider:
+            alice = await provider.create_data_key("alice")
+            assert not await provider.destroy_data_key("ALICE")  # no key of theirs to destroy
+            assert not await provider.destroy_data_key("alice ")
+            assert await provider.get_data_key("alice") == alice
+            made = {name: await provider.create_data_key(name) for name in _LOOKALIKES}
+            assert made["alice"] == alice and len(set(made.values())) == len(_LOOKALIKES)
+            assert await provider.destroy_data_key("Alice")
+            provider.forget_cached_key("alice")
+            assert await provider.get_data_key("alice") == alice
+            assert await provider.get_data_key("Alice") is None
+            for name in _LOOKALIKES[2:]:
+                provider.forget_cached_key(name)
+                assert await provider.get_data_key(name) == made[name]
+
+
+async def test_a_mariadb_keyring_made_before_exact_user_ids_is_changed_when_opened() -> None:
+    """A keyring whose user id column has the server's default collation (as keyrings were
+    made before) is changed to the exact one when a provider opens it, keeping its keys."""
+    require_backend("mariadb")
+    with fresh_database("mariadb", "ackeys") as keyring:
+        master = secrets.token_bytes(32)
+        async with LocalKeyProvider(master, keyring) as provider:
+            alice = await provider.create_data_key("alice")
+        engine = create_async_engine(keyring)
+        column = (
+            "SELECT collation_name FROM information_schema.columns WHERE table_schema = "
+            "DATABASE() AND table_name = 'agentcontext_data_keys' AND column_name = 'user_id'"
+        )
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(
+                    text(
+                        "ALTER TABLE agentcontext_data_keys MODIFY user_id VARCHAR(255) "
+                        "CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL"
+                    )
+                )
+            async with LocalKeyProvider(master, keyring) as provider:
+                assert not await provider.destroy_data_key("ALICE")
+                assert await provider.get_data_key("alice") == alice
+            async with engine.connect() as conn:
+                assert (await conn.execute(text(column))).scalar() == "utf8mb4_nopad_bin"
+        finally:
+            await engine.dispose()
 
 
 async def test_a_new_keyring_opened_by_many_providers_at_once(backend: str, tmp_path: Path) -> None:

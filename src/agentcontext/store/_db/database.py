@@ -40,7 +40,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from agentcontext.encryption import KEYRING_TABLE, KeyringInStoreError
+from agentcontext._keyring import KEYRING_TABLE
+from agentcontext.encryption import KeyringInStoreError
 from agentcontext.errors import (
     ChatBusyError,
     ContextError,

@@ -257,7 +257,7 @@ class Dialect(abc.ABC):
     def holds_keyring(self, conn: Connection) -> bool:
         """Whether the database holds a `LocalKeyProvider`'s keyring (its table of keys), in
         its default schema or the store's."""
-        from agentcontext.encryption import KEYRING_TABLE
+        from agentcontext._keyring import KEYRING_TABLE
 
         inspector = inspect(conn)
         return any(inspector.has_table(KEYRING_TABLE, schema) for schema in {None, self.schema})
