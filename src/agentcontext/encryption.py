@@ -97,7 +97,9 @@ class KeyProvider(Protocol):
     # Optional: a provider that keeps keys in memory defines ``forget_cached_key(user_id) ->
     # None`` (not async); a store calls it when the key it holds may be stale (another
     # process may have erased the user and made a new key), so that the next ask reads
-    # afresh. `LocalKeyProvider` has it.
+    # afresh. A provider that keeps its keys in a keyring it makes itself defines ``async
+    # create_keyring() -> None``; a store calls it before it first marks a database as
+    # encrypted, so that such a database always has its keyring. `LocalKeyProvider` has both.
 
 
 def key_fingerprint(key: bytes) -> str:
@@ -255,6 +257,12 @@ class LocalKeyProvider:
             if file is not None and not there and file.is_file() and not file.stat().st_size:
                 await self.aclose()  # (its connection first)
                 file.unlink(missing_ok=True)
+
+    async def create_keyring(self) -> None:
+        """Make the keyring (its tables) if it is not there yet: `exists` is true after it.
+        A store calls it before it first marks a database as encrypted, so that an encrypted
+        database always has its keyring, even before any user has a key."""
+        await self._open()
 
     async def get_data_key(self, user_id: str) -> bytes | None:
         """The data key of ``user_id``, or None (never made, or destroyed)."""

@@ -191,3 +191,85 @@ def test_a_keyring_server_that_cannot_be_reached_exits_5(tmp_path: Path) -> None
         refused = run_cli("--url", url, "--keyring", keyring, "chats", cwd=tmp_path, env=env)
         assert refused.returncode == 5, refused.stderr
         assert "cannot be used" in refused.stderr and "Traceback" not in refused.stderr
+
+
+class _KeysWithoutKeyring:
+    """A provider with the three methods of `KeyProvider` only (no ``create_keyring``): what
+    a store opened with before it made the keyring of a database it marked as encrypted."""
+
+    def __init__(self, provider: LocalKeyProvider) -> None:
+        self.provider = provider
+
+    async def get_data_key(self, user_id: str) -> bytes | None:
+        return await self.provider.get_data_key(user_id)
+
+    async def create_data_key(self, user_id: str) -> bytes:
+        return await self.provider.create_data_key(user_id)
+
+    async def destroy_data_key(self, user_id: str) -> bool:
+        return await self.provider.destroy_data_key(user_id)
+
+
+def test_an_encrypted_database_that_holds_no_chat_yet_has_its_keyring(tmp_path: Path) -> None:
+    """An encrypted store that opens an empty database marks it as encrypted: it makes the
+    keyring first, so the command line (which never makes one) works on it. And a database
+    marked so without a keyring (as stores did before), holding no chat, is encrypted by
+    `migrate encrypt` with a new keyring instead of being refused as encrypted elsewhere."""
+    master = secrets.token_bytes(32)
+    env = {**clean_env(), "AGENTCONTEXT_MASTER_KEY": base64.b64encode(master).decode()}
+
+    async def open_empty(url: str, keyring: Path, *, hook: bool) -> bool:
+        async with LocalKeyProvider(master, keyring) as provider:
+            given = provider if hook else _KeysWithoutKeyring(provider)
+            async with SqlContextStore(url, encryption=given):
+                pass
+            return await provider.exists()
+
+    url, keyring = sqlite_url(tmp_path / "new.db"), tmp_path / "keyring.db"
+    assert asyncio.run(open_empty(url, keyring, hook=True))
+    listed = run_cli("--url", url, "--keyring", str(keyring), "chats", cwd=tmp_path, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert run_cli("--url", url, "chats", cwd=tmp_path, env=env).returncode == 1  # (encrypted)
+
+    url, keyring = sqlite_url(tmp_path / "marked.db"), tmp_path / "later-keyring.db"
+    assert not asyncio.run(open_empty(url, keyring, hook=False))
+    keyring.unlink(missing_ok=True)
+    encrypted = run_cli(
+        "--url", url, "--keyring", str(keyring), "migrate", "encrypt", cwd=tmp_path, env=env
+    )
+    assert encrypted.returncode == 0, encrypted.stderr
+    listed = run_cli("--url", url, "--keyring", str(keyring), "chats", cwd=tmp_path, env=env)
+    assert listed.returncode == 0, listed.stderr
+
+
+def test_delete_deletes_a_chat_whose_key_was_destroyed(tmp_path: Path) -> None:
+    """A backup restored after its user was erased holds a chat no key opens: ``delete`` says
+    it deleted it (it read the chat first, and failed with the key error)."""
+    import shutil
+
+    master, keyring = secrets.token_bytes(32), tmp_path / "keyring.db"
+    url = sqlite_url(tmp_path / "data.db")
+    asyncio.run(_fill(url, master, keyring))
+    shutil.copy(tmp_path / "data.db", tmp_path / "backup.db")
+
+    async def erase() -> None:
+        async with (
+            LocalKeyProvider(master, keyring) as provider,
+            SqlContextStore(url, encryption=provider) as store,
+        ):
+            await store.erase_user("alice")
+
+    asyncio.run(erase())
+    shutil.copy(tmp_path / "backup.db", tmp_path / "data.db")
+    env = {**clean_env(), "AGENTCONTEXT_MASTER_KEY": base64.b64encode(master).decode()}
+    keys = ("--url", url, "--keyring", str(keyring))
+    wrong = run_cli(*keys, "delete", "c1", "--user", "bob", cwd=tmp_path, env=env)
+    assert wrong.returncode == 3 and "user 'bob' has no chat 'c1'" in wrong.stderr
+    deleted = run_cli(*keys, "delete", "c1", "--user", "alice", cwd=tmp_path, env=env)
+    assert deleted.returncode == 0, deleted.stderr
+    assert "deleted chat c1 (it could not be read)" in deleted.stdout
+    gone = run_cli(*keys, "delete", "c1", cwd=tmp_path, env=env)
+    assert gone.returncode == 3 and "does not exist" in gone.stderr
+    listed = run_cli(*keys, "chats", "--json", cwd=tmp_path, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert [chat["id"] for chat in json.loads(listed.stdout)] == ["c0"]

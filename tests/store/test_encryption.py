@@ -42,6 +42,7 @@ from agentcontext import (
     assistant_text,
     user,
 )
+from agentcontext._keyring import KEYS
 from agentcontext._validate import dumps
 from agentcontext.messages import Message
 from agentcontext.snapshots import ContextSnapshot
@@ -403,6 +404,34 @@ async def test_erasure_destroys_the_key_so_a_backup_cannot_be_read(
         assert [chat.title for chat in bob] == ["bob's chat"]
         assert await store.search_messages("c-bob", "secret")
         assert await store.search_user_messages("alice", "secret") == []
+
+
+async def test_migrate_encrypt_of_a_restored_backup_makes_no_key_for_an_erased_user(
+    tmp_path: Path, provider: LocalKeyProvider
+) -> None:
+    """A run over chats that are sealed already asks for no key: it made a new one for each
+    owner, so a backup restored after an erasure got its erased users keys again (their
+    erasure no longer on record in the keyring)."""
+    from agentcontext.store.admin import encrypt_in_place
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'live.db'}"
+    async with SqlContextStore(url, encryption=provider) as store:
+        for who in ("alice", "bob"):
+            engine = ContextEngine(store=store, chat_id=f"c-{who}", user_id=who)
+            engine.set(user(f"secret of {who}"))
+            await engine.save()
+    shutil.copy(tmp_path / "live.db", tmp_path / "backup.db")
+    async with SqlContextStore(url, encryption=provider) as store:
+        await store.erase_user("alice")
+    erased_at = await provider.destroyed_at("alice")
+    backup = f"sqlite+aiosqlite:///{tmp_path / 'backup.db'}"
+    async with SqlContextStore(backup, encryption=provider) as store:
+        report = await encrypt_in_place(store)
+        assert (report.chats, report.messages) == (0, 0)
+        assert await provider.destroyed_at("alice") == erased_at
+        assert await provider.get_data_key("alice") is None
+        with pytest.raises(EncryptionError, match="destroyed"):
+            await store.get_messages("c-alice")
 
 
 async def test_a_user_whose_key_was_destroyed_is_still_deleted_whole(
@@ -1571,7 +1600,7 @@ async def test_a_keyring_made_before_the_master_key_check_keeps_working(
         try:
             async with engine.begin() as conn:
                 await conn.execute(
-                    encryption._KEYS.insert().values(
+                    KEYS.insert().values(
                         user_id="z",
                         wrapped=wrapped[0],
                         master=wrapped[1],

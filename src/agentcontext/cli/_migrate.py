@@ -232,6 +232,7 @@ async def _encrypt(args: argparse.Namespace, env: Env) -> int:
     async with provider:
         if not await provider.exists():
             await _refuse_encrypted(env, provider.keyring_url)
+            await provider.create_keyring()  # (made even if there is nothing to seal)
         store = env.make_store(migrate=False, encryption=provider)
         async with store:
             with env.out.progress("encrypting chats") as progress:
@@ -251,15 +252,36 @@ async def _refuse_encrypted(env: Env, keyring: str) -> None:
     nothing, and every chat reported sealed)."""
     plain = env.make_store(migrate=False)
     try:
-        await plain.initialize()  # refuses a database whose newest message is sealed
+        await plain.initialize()  # refuses a database marked encrypted, or whose newest
+        return  # message is sealed
     except EncryptionError:
-        raise InvalidInputError(
-            f"{env.where} holds encrypted data already, and there is no keyring at {keyring}: "
-            "it was encrypted with another keyring. Give migrate encrypt the keyring (and the "
-            "master key) its data was written with, to seal what is still plain"
-        ) from None
+        pass
     finally:
         await plain.close()
+    # Marked as encrypted by a store that sealed nothing (it holds no chat): nothing is lost
+    # with a new keyring.
+    async with env.make_store(migrate=False, encryption=_NoKeys()) as look:
+        if not await look.list_chats(limit=1):
+            return
+    raise InvalidInputError(
+        f"{env.where} holds encrypted data already, and there is no keyring at {keyring}: "
+        "it was encrypted with another keyring. Give migrate encrypt the keyring (and the "
+        "master key) its data was written with, to seal what is still plain"
+    )
+
+
+class _NoKeys:
+    """A key provider that holds no key and makes none: for a look at whether a database
+    holds chats (a sealed one is listed as damaged), without a keyring."""
+
+    async def get_data_key(self, user_id: str) -> bytes | None:
+        return None
+
+    async def create_data_key(self, user_id: str) -> bytes:
+        raise EncryptionError("migrate encrypt: no key is made while looking at the database")
+
+    async def destroy_data_key(self, user_id: str) -> bool:
+        return False
 
 
 async def _downgrade(args: argparse.Namespace, env: Env) -> int:

@@ -10,7 +10,12 @@ from typing import Any
 from agentcontext.cli._browse import add_json
 from agentcontext.cli._common import EXIT_OK, Env, open_store
 from agentcontext.cli._output import count
-from agentcontext.errors import ChatNotFoundError, InvalidInputError
+from agentcontext.errors import (
+    ChatNotFoundError,
+    CorruptDataError,
+    EncryptionError,
+    InvalidInputError,
+)
 from agentcontext.store import ChatInfo, PruneReport
 from agentcontext.store.records import utcnow
 
@@ -82,14 +87,20 @@ def register(commands: Any) -> None:
 
 async def _delete(args: argparse.Namespace, env: Env) -> int:
     async with open_store(env) as store:
-        chat = await store.get_chat(args.chat)
+        unreadable = False
+        try:
+            chat = await store.get_chat(args.chat)
+        except (EncryptionError, CorruptDataError):
+            # A chat that cannot be read (its user's key destroyed, and the rows back from a
+            # backup; or damaged) is deleted all the same: a delete needs none of its text.
+            chat, unreadable = None, True
         deleted = await store.delete_chat(args.chat, user_id=args.user)
     if not deleted:
-        if chat is not None and args.user is not None:
+        if (chat is not None or unreadable) and args.user is not None:
             raise ChatNotFoundError(f"user {args.user!r} has no chat {args.chat!r}")
         raise ChatNotFoundError(f"chat {args.chat!r} does not exist")
-    assert chat is not None
-    env.out.line(f"deleted chat {chat.id} (user {chat.user_id})", style="green")
+    owner = f"user {chat.user_id}" if chat is not None else "it could not be read"
+    env.out.line(f"deleted chat {args.chat} ({owner})", style="green")
     return EXIT_OK
 
 

@@ -201,7 +201,9 @@ class Database:
             if await self._run_unit("read", self._opened, False):
                 # A role that may only read (a viewer's) cannot record it; the database is
                 # then known by its newest message, as before the setting existed.
+                # The provider's keyring first: a database marked as encrypted has one.
                 with contextlib.suppress(ContextError):
+                    await self.dialect.sealer.create_keyring()
                     await self._run_unit("write", self.dialect.mark_sealed, False)
             self._ready = True
 

@@ -85,8 +85,9 @@ async def _encrypt(
         page = await db.run("read", unit(_chat_page, after))
         if not page:
             break
-        for chat_id, owner in page:
-            await dialect.sealer.ensure((owner,))
+        for chat_id in page:
+            # (A key is asked for, or made, only when the chat has something to seal: a chat
+            # sealed already, such as one of a user erased since, makes no key.)
             sealed = await db.run("write", unit(_seal_chat, dialect, chat_id), chat=chat_id)
             if sealed is not None:
                 chats += 1
@@ -97,7 +98,7 @@ async def _encrypt(
             if progress is not None:
                 progress(done, max(total, done))
             await asyncio.sleep(0)  # let writers of this process take their turn
-        after = page[-1][0]
+        after = page[-1]
     deleted = await _snapshots.collect_garbage_retrying(db)
     # Every chat is sealed: from now on a value in the clear is corrupt, never shown as text.
     await db.run("write", unit(_sealed_whole, dialect))
@@ -114,11 +115,9 @@ def _count(conn: Connection) -> int:
     return int(conn.scalar(select(func.count()).select_from(C)) or 0)
 
 
-def _chat_page(conn: Connection, after: str) -> list[tuple[str, str]]:
-    rows = conn.execute(
-        select(C.c.id, C.c.user_id).where(C.c.id > after).order_by(C.c.id).limit(_LISTED)
-    )
-    return [(str(row[0]), str(row[1])) for row in rows]
+def _chat_page(conn: Connection, after: str) -> list[str]:
+    rows = conn.execute(select(C.c.id).where(C.c.id > after).order_by(C.c.id).limit(_LISTED))
+    return [str(row[0]) for row in rows]
 
 
 def _seal_chat(conn: Connection, dialect: Dialect, chat_id: str) -> tuple[int, int, int] | None:

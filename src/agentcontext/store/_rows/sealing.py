@@ -178,6 +178,9 @@ class PlainSealer:
     def erasing(self, user_id: str) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
+    async def create_keyring(self) -> None:
+        return None
+
 
 PLAIN = PlainSealer()
 
@@ -489,6 +492,23 @@ class KeyedSealer:
         if entry is not None and entry.key is not None:
             forget_search_key(entry.key.search_key)
         self._forget_at_provider(user_id)
+
+    async def create_keyring(self) -> None:
+        """Have the provider make its keyring if it keeps one and has not made it yet (the
+        optional ``create_keyring`` of a `KeyProvider`): before a database is first marked as
+        encrypted, so that an encrypted database always has its keyring, even one that holds
+        no key yet (the command line never makes a keyring)."""
+        create = getattr(self.provider, "create_keyring", None)
+        if callable(create):
+            try:
+                await create()
+            except EncryptionError:
+                raise
+            except Exception as exc:  # a provider's own failure: name it, keep its cause
+                raise EncryptionError(
+                    f"the key provider {type(self.provider).__name__} failed to make its "
+                    f"keyring: {type(exc).__name__}: {exc}"
+                ) from exc
 
     def _forget_at_provider(self, user_id: str) -> None:
         """Have a provider that keeps keys in memory read ``user_id``'s again when next asked
