@@ -1560,7 +1560,6 @@ async def test_a_keyring_made_before_the_master_key_check_keeps_working(
     with its master key, which is then stored as the keyring's; a wrong master key is refused
     and writes nothing. If a worker with a wrong master key made a few keys in it already,
     the master key of most of its keys is the keyring's."""
-    from agentcontext import encryption
 
     master, wrong = secrets.token_bytes(32), secrets.token_bytes(32)
 
