@@ -113,7 +113,7 @@ class Plans:
     def prepare(self, conn: Connection, scope: Literal["chat", "user"], scope_id: str) -> Any:
         """The search's settings (for its transaction only), the scope's size and the
         newest seq, in one statement (its subqueries planned before the settings apply)."""
-        size, top = conn.execute(_PREPARE[scope], {"scope_id": scope_id}).one()[3:]
+        size, top = conn.execute(_PREPARE[scope], {"scope_id": scope_id}).one()[4:]
         return SearchScope(int(size or 0), int(top or 0))
 
     def fetch(
@@ -175,6 +175,10 @@ def _prepare(scope: str) -> Select[Any]:
         func.set_config("plan_cache_mode", "force_custom_plan", True),
         func.set_config("enable_indexscan", "off", True),
         func.set_config("enable_seqscan", "off", True),
+        # A user's chats are joined by hashing them, never looped over for each match: with
+        # no statistics yet (a database just restored or imported, not yet analyzed) the
+        # planner took both sides for a few rows, and looped (seconds for a common word).
+        func.set_config("enable_nestloop", "off", True),
         size,
         select(func.max(M.c.seq)).scalar_subquery(),
     )
