@@ -806,3 +806,42 @@ def test_a_full_collection_that_is_due_runs_between_batches_not_inside_one() -> 
         assert not collect_if_due()  # the application turned collection off: left alone
     finally:
         gc.enable()
+
+
+async def test_a_chain_read_whose_chat_is_deleted_meanwhile_says_the_chat_is_gone(
+    store: SqlContextStore,
+) -> None:
+    """A read of a chain runs several statements; a chat deleted between them (another
+    caller's erase_user, prune or delete_chat) is a chat that is gone, not a chain "changed
+    outside agentcontext" (InvalidGraphError)."""
+    import threading
+
+    from sqlalchemy import event
+
+    engine = ContextEngine(store=store, chat_id="doomed", user_id="u1")
+    engine.set(*(user(f"message {n}", id=f"d{n}") for n in range(6)))
+    await engine.save()
+    url = store.engine.url
+    armed, fired = [True], []
+
+    def delete_elsewhere() -> None:
+        async def run() -> None:
+            async with SqlContextStore(url) as other:
+                fired.append(await other.delete_chat("doomed"))
+
+        asyncio.run(run())
+
+    def between(conn: Any, cursor: Any, statement: str, *_rest: Any) -> None:
+        # The chain's rows are read after its head: delete the chat right before them.
+        if armed[0] and "messages" in statement and "parent_id" in statement:
+            armed[0] = False
+            worker = threading.Thread(target=delete_elsewhere)
+            worker.start()
+            worker.join()
+
+    async with SqlContextStore(url) as reader:  # (a store that holds no copy of the chain)
+        await reader.initialize()
+        event.listen(reader.engine.sync_engine, "before_cursor_execute", between)
+        with pytest.raises(ChatNotFoundError):
+            await ContextEngine(store=reader, chat_id="doomed", user_id="u1").resolve()
+    assert fired == [True]

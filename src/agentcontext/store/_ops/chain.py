@@ -24,7 +24,7 @@ from sqlalchemy import Connection, and_, bindparam, literal, select, text
 
 from agentcontext import _validate as v
 from agentcontext._gc import gc_paused
-from agentcontext.errors import InvalidGraphError
+from agentcontext.errors import ChatNotFoundError, InvalidGraphError
 from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
 from agentcontext.store._dialects import Dialect
@@ -170,6 +170,10 @@ def _pick(
         else:
             raise InvalidGraphError(f"message {after!r} is not an ancestor of {head_id!r}")
     if not consistent:
+        if conn.execute(select(M.c.id).where(M.c.id == head_id)).first() is None:
+            # Deleted between this read's statements (erase_user, prune, delete_chat of
+            # another caller): a chat that is gone, not a chain changed outside the library.
+            raise ChatNotFoundError(f"chat {chat_id!r} was deleted while it was being read")
         raise InvalidGraphError(
             f"the stored chain ending at {head_id!r} is inconsistent (a cycle, a broken parent "
             "link, or a message of another chat); the database was changed outside agentcontext"
