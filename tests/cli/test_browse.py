@@ -263,3 +263,16 @@ def test_chats_refuses_a_limit_of_0_and_a_crafted_cursor(tmp_path: Path) -> None
     result = run_cli("--url", url, "chats", "--after", crafted, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "is not a cursor of list_chats" in one_error_line(result)
+
+
+def test_a_suggested_command_never_shows_a_url_with_its_password_masked() -> None:
+    """The hint of ``chats`` repeats ``--url``: a URL with a password became one with '***'
+    for it, a command line that could not run as printed."""
+    from agentcontext.cli._common import Env
+
+    secret = Env("mysql+asyncmy://user:s3cret@db:3306/app", True, None)  # type: ignore[arg-type]
+    shown = secret.command("chats", "--after", "X")
+    assert "s3cret" not in shown and "***" not in shown
+    assert shown == "agentcontext --url <the same URL> chats --after X"
+    plain = Env("sqlite+aiosqlite:///data.db", True, None)  # type: ignore[arg-type]
+    assert plain.command("chats") == "agentcontext --url 'sqlite+aiosqlite:///data.db' chats"

@@ -151,7 +151,12 @@ class Env:
     def command(self, *words: str) -> str:
         """An ``agentcontext`` command line for this database (``--url`` and ``--schema`` only
         if they were given)."""
-        url = f" --url '{self.shown_url}'" if self.url_explicit else ""
+        url = ""
+        if self.url_explicit:
+            # A URL with a password is never printed whole: a placeholder, not a command line
+            # that would fail with '***' for a password.
+            shown = self.shown_url
+            url = f" --url '{shown}'" if shown == self.url else " --url <the same URL>"
         schema = ""
         if self.schema_explicit and self.schema is not None:
             schema = f" --schema {shlex.quote(self.schema)}"
