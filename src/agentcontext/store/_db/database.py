@@ -56,9 +56,10 @@ from agentcontext.store._db.errors import (
     is_connection_error,
     settle_driver_threads,
 )
+from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.transactions import SETTLE_SECONDS, Callers, Transaction
 from agentcontext.store._dialects import Dialect, Mode
-from agentcontext.store._rows.sealing import KeyNeeded
+from agentcontext.store._rows.sealing import KeyedSealer, KeyNeeded
 
 if TYPE_CHECKING:
     from agentcontext.store._db.replicas import Replicas
@@ -112,6 +113,8 @@ class Database:
         self.lock_timeout = lock_timeout
         """Longest a write waits for a chat held by an open transaction of this process."""
         self.dialect = dialect
+        if isinstance(dialect.sealer, KeyedSealer):
+            dialect.sealer.holds_sealed = self.holds_sealed  # (before a user's first key)
         self.url = engine.url.render_as_string(hide_password=True)
         self.sync_engine = engine.sync_engine
         self._owns_engine = owns_engine
@@ -206,6 +209,12 @@ class Database:
                     await self.dialect.sealer.create_keyring()
                     await self._run_unit("write", self.dialect.mark_sealed, False)
             self._ready = True
+
+    async def holds_sealed(self, user_id: str) -> bool:
+        """Whether the database holds chats of ``user_id`` sealed (the sealer asks before a
+        user's first key is made)."""
+        sealed = functools.partial(self.dialect.holds_sealed, where=C.c.user_id == user_id)
+        return await self.run("read", sealed)
 
     def _opened(self, conn: Connection) -> bool:
         """The dialect's checks of a database a store first uses; whether the database is

@@ -44,7 +44,7 @@ from agentcontext.store._db.schema import messages as M
 from agentcontext.store._db.schema import store_settings as S
 from agentcontext.store._rows.codec import MessageRow
 from agentcontext.store._rows.decode import damaged_json
-from agentcontext.store._rows.sealing import PLAIN, SEALED_FORMAT, Sealer
+from agentcontext.store._rows.sealing import PLAIN, SEALED_FORMAT, Sealer, is_sealed
 from agentcontext.store._rows.terms import ScopedTerms
 
 __all__ = [
@@ -253,6 +253,12 @@ class Dialect(abc.ABC):
             when = datetime.now(UTC).isoformat()
             conn.execute(self.insert_if_absent(S).values(name=SEALING_COMPLETE, value=when))
         self.sealer.whole = self.sealer.whole or complete
+
+    def holds_sealed(self, conn: Connection, where: ColumnElement[bool]) -> bool:
+        """Whether the chats ``where`` selects are sealed (the first one found is: a database
+        is encrypted whole, or chat by chat by ``migrate encrypt``)."""
+        found = conn.execute(select(C.c.metadata).where(where).limit(1)).first()
+        return found is not None and is_sealed(found[0])
 
     def holds_keyring(self, conn: Connection) -> bool:
         """Whether the database holds a `LocalKeyProvider`'s keyring (its table of keys), in

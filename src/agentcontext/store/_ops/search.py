@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
 from agentcontext import _validate as v
 from agentcontext.errors import EncryptionError
@@ -27,7 +27,6 @@ from agentcontext.store._rows import decode as _rows
 from agentcontext.store._rows import text as _text
 from agentcontext.store._rows import tokenizer as _tokenizer
 from agentcontext.store._rows.codec import checked_data
-from agentcontext.store._rows.sealing import Sealer, is_sealed
 from agentcontext.store._rows.terms import query_terms
 from agentcontext.store.records import SearchResult
 
@@ -68,7 +67,7 @@ def search(
         search_key = None if owner is None else sealer.search_key(owner)
         if search_key is None:
             if owner is not None and sealer.never_held(owner):
-                _refuse_a_keyring_not_the_datas(conn, sealer, scope, scope_id, owner)
+                _refuse_a_keyring_not_the_datas(conn, dialect, scope, scope_id, owner)
             return []  # an unknown chat, or a user with no key: nothing of theirs is stored
         return _search(conn, dialect, scope, scope_id, query, roles, limit, search_key, prepared)
 
@@ -88,15 +87,14 @@ def search(
 
 
 def _refuse_a_keyring_not_the_datas(
-    conn: Connection, sealer: Sealer, scope: Literal["chat", "user"], scope_id: str, owner: str
+    conn: Connection, dialect: Dialect, scope: Literal["chat", "user"], scope_id: str, owner: str
 ) -> None:
     """A user whose key the provider never held nor destroyed: if the scope holds sealed chats
     of theirs, the provider is not the one the data was written with (an `EncryptionError`,
     as a read says), not a scope with nothing to find."""
     wanted = C.c.id == scope_id if scope == "chat" else C.c.user_id == owner
-    found = conn.execute(select(C.c.metadata).where(wanted).limit(1)).first()
-    if found is not None and is_sealed(found[0]):
-        sealer.confirm_never_held(owner)
+    if dialect.holds_sealed(conn, wanted):
+        dialect.sealer.confirm_never_held(owner)
         raise EncryptionError(
             f"the chats of user {owner!r} are sealed under a data key that the key provider "
             "never held (it has no key of that user, and destroyed none): it is not the "

@@ -29,7 +29,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
@@ -257,6 +257,9 @@ class KeyedSealer:
         a value in the clear is then a `CorruptDataError`, never text shown as the user's.
         Until then (a database `migrate encrypt` has not finished) plain values read as they
         are."""
+        self.holds_sealed: Callable[[str], Awaitable[bool]] | None = None
+        """Set by the store: whether its database holds chats of a user sealed (asked
+        before a user's first key is made: `_made_key`)."""
         _sealers.add(self)
 
     # --- keys ------------------------------------------------------------------------------
@@ -377,7 +380,7 @@ class KeyedSealer:
                 self._forget_at_provider(user_id)
             try:
                 if need.create:
-                    raw = await self.provider.create_data_key(user_id)
+                    raw = await self._made_key(user_id)
                 else:
                     raw = await self.provider.get_data_key(user_id)
             except EncryptionError:
@@ -409,6 +412,32 @@ class KeyedSealer:
         # holds needs them all at once: evicting some would make it ask again for ever).
         while len(self._keys) > max(self._cache_keys, need.wanted, self._pinned):
             self._keys.popitem(last=False)
+
+    async def _made_key(self, user_id: str) -> object:
+        """The provider's key of ``user_id``, made if it has none: unless it never had one
+        (nor destroyed one) and the database holds their chats sealed all the same. The
+        keyring is then not the data's (an older backup of it): a new key would hide their
+        earlier chats, and the right keyring restored later, the chats sealed meanwhile."""
+        provider, holds_sealed = self.provider, self.holds_sealed
+        if holds_sealed is None or (raw := await provider.get_data_key(user_id)) is not None:
+            return await provider.create_data_key(user_id) if holds_sealed is None else raw
+        destroyed_at = getattr(provider, "destroyed_at", None)
+        if (destroyed_at is None or await destroyed_at(user_id) is None) and await holds_sealed(
+            user_id
+        ):
+            self._forget_at_provider(user_id)  # (another worker may have just made it)
+            if (raw := await provider.get_data_key(user_id)) is None:
+                raise EncryptionError(
+                    f"the chats of user {user_id!r} are sealed under a data key that the key "
+                    "provider never held (it has no key of that user, and destroyed none): it "
+                    "is not the keyring the data was written with, and a new key would hide "
+                    "those chats. Give the store the provider (the keyring) the data was "
+                    "written with; if the user was erased and the chats came back from a "
+                    "backup, delete them first (erase_user)",
+                    key_id=user_id,
+                )
+            return raw
+        return await provider.create_data_key(user_id)
 
     def _key(self, user_id: str, raw: object) -> _Key:
         if not isinstance(raw, (bytes, bytearray)) or len(raw) != 32:
