@@ -415,31 +415,37 @@ async def test_a_keyring_older_than_a_users_first_key_makes_no_new_key_for_them(
     master = secrets.token_bytes(32)
     url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
     keyring = tmp_path / "keyring.db"
-    async with LocalKeyProvider(master, keyring) as provider:
-        async with SqlContextStore(url, encryption=provider) as store:
-            first = ContextEngine(store=store, chat_id="c-alice", user_id="alice")
-            first.set(user("alice was here"))
-            await first.save()
-            shutil.copy(keyring, tmp_path / "old-keyring.db")  # before bob's first key
-            bob = ContextEngine(store=store, chat_id="c-bob", user_id="bob")
-            bob.set(user("bob's first words"))
-            await bob.save()
-    async with LocalKeyProvider(master, tmp_path / "old-keyring.db") as stale:
-        async with SqlContextStore(url, encryption=stale) as store:
-            again = ContextEngine(store=store, chat_id="c-bob-2", user_id="bob")
-            again.set(user("more from bob"))
-            with pytest.raises(EncryptionError, match="never held") as caught:
-                await again.save()
-            assert caught.value.key_id == "bob"
-            assert await stale.get_data_key("bob") is None  # no key was made
-            assert await store.get_chat("c-bob-2") is None
-            carol = ContextEngine(store=store, chat_id="c-carol", user_id="carol")
-            carol.set(user("a new user saves as before"))
-            await carol.save()
-    async with LocalKeyProvider(master, keyring) as provider:
-        async with SqlContextStore(url, encryption=provider) as store:
-            texts = [r.data["parts"][0]["text"] for r in await store.get_messages("c-bob")]
-            assert texts == ["bob's first words"]
+    async with (
+        LocalKeyProvider(master, keyring) as provider,
+        SqlContextStore(url, encryption=provider) as store,
+    ):
+        first = ContextEngine(store=store, chat_id="c-alice", user_id="alice")
+        first.set(user("alice was here"))
+        await first.save()
+        shutil.copy(keyring, tmp_path / "old-keyring.db")  # before bob's first key
+        bob = ContextEngine(store=store, chat_id="c-bob", user_id="bob")
+        bob.set(user("bob's first words"))
+        await bob.save()
+    async with (
+        LocalKeyProvider(master, tmp_path / "old-keyring.db") as stale,
+        SqlContextStore(url, encryption=stale) as store,
+    ):
+        again = ContextEngine(store=store, chat_id="c-bob-2", user_id="bob")
+        again.set(user("more from bob"))
+        with pytest.raises(EncryptionError, match="never held") as caught:
+            await again.save()
+        assert caught.value.key_id == "bob"
+        assert await stale.get_data_key("bob") is None  # no key was made
+        assert await store.get_chat("c-bob-2") is None
+        carol = ContextEngine(store=store, chat_id="c-carol", user_id="carol")
+        carol.set(user("a new user saves as before"))
+        await carol.save()
+    async with (
+        LocalKeyProvider(master, keyring) as provider,
+        SqlContextStore(url, encryption=provider) as store,
+    ):
+        texts = [r.data["parts"][0]["text"] for r in await store.get_messages("c-bob")]
+        assert texts == ["bob's first words"]
 
 
 async def test_migrate_encrypt_of_a_restored_backup_makes_no_key_for_an_erased_user(
