@@ -5,7 +5,7 @@ the user id as the store writes it: byte for byte. On MariaDB and MySQL a text c
 by its collation, and the server's default ones fold case, accents and trailing spaces: there
 ``erase_user("ALICE")`` would destroy the key of ``alice``. The user id column is made with the
 server's binary collation that does not pad (as the store's own id columns are), and a keyring
-made before that is changed to it when a provider first opens it (`exact_user_ids`).
+made before that is changed to it when a provider first opens it (`inexact_user_ids`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from sqlalchemy import Column, Connection, DateTime, LargeBinary, MetaData, Stri
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-__all__ = ["CHECK", "KEYRING_TABLE", "KEYS", "METADATA", "exact_user_ids"]
+__all__ = ["CHECK", "KEYRING_TABLE", "KEYS", "METADATA", "inexact_user_ids"]
 
 KEYRING_TABLE = "agentcontext_data_keys"
 """The keyring's table of wrapped data keys: a store refuses a database that holds it (the
@@ -73,14 +73,22 @@ CHECK = Table(
 )
 
 
-def exact_user_ids(conn: Connection) -> None:
-    """Make the keyring's user ids compare exactly on MariaDB/MySQL, in a keyring made before
-    they did (its column in the server's default collation): changed in place, which keeps
-    every row (no two rows can differ only in what the old collation ignored). Nothing to do
-    on other databases, or when the column is right."""
+_EXACT = {
+    collation: f"ALTER TABLE {KEYRING_TABLE} MODIFY user_id VARCHAR({_USER_BYTES}) "
+    f"CHARACTER SET utf8mb4 COLLATE {collation} NOT NULL"
+    for collation in ("utf8mb4_nopad_bin", "utf8mb4_0900_bin")
+}
+"""The statement that makes an older keyring's user ids compare exactly, per collation."""
+
+
+def inexact_user_ids(conn: Connection) -> str | None:
+    """The statement that makes the keyring's user ids compare exactly on MariaDB/MySQL, in a
+    keyring made before they did (its column in the server's default collation), or None when
+    there is nothing to change (other databases; a column that is right). The change keeps
+    every row: no two rows can differ only in what the old collation ignored."""
     dialect = conn.dialect
     if dialect.name not in ("mysql", "mariadb"):
-        return
+        return None
     wanted = _exact_collation(dialect)
     found = conn.execute(
         text(
@@ -89,10 +97,4 @@ def exact_user_ids(conn: Connection) -> None:
         ),
         {"table": KEYRING_TABLE},
     ).scalar()
-    if found is None or str(found) == wanted:
-        return
-    table = dialect.identifier_preparer.quote(KEYRING_TABLE)
-    conn.exec_driver_sql(
-        f"ALTER TABLE {table} MODIFY user_id VARCHAR({_USER_BYTES}) "
-        f"CHARACTER SET utf8mb4 COLLATE {wanted} NOT NULL"
-    )
+    return None if found is None or str(found) == wanted else _EXACT[wanted]

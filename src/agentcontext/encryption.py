@@ -46,7 +46,7 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, InvalidRequestError, S
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentcontext._drivers import is_connection_error, unknown_arguments
-from agentcontext._keyring import CHECK, KEYS, METADATA, exact_user_ids
+from agentcontext._keyring import CHECK, KEYS, METADATA, inexact_user_ids
 from agentcontext.errors import (
     EncryptionError,
     InvalidInputError,
@@ -450,7 +450,6 @@ class LocalKeyProvider:
                     try:
                         async with keyring.engine.begin() as conn:
                             await conn.run_sync(METADATA.create_all)
-                            await conn.run_sync(exact_user_ids)
                         break
                     except (SQLAlchemyError, OSError) as exc:
                         # Made meanwhile by another process, or a thread with a loop of its
@@ -461,8 +460,32 @@ class LocalKeyProvider:
                         if attempt == 4:
                             raise self._failed(exc) from exc
                         await asyncio.sleep(0.05 * (attempt + 1))
+                await self._exact_user_ids(keyring.engine)
                 self._ready = True
         return keyring.engine
+
+    async def _exact_user_ids(self, engine: AsyncEngine) -> None:
+        """Make an older MariaDB/MySQL keyring's user ids compare exactly (`_keyring`), or
+        refuse it: there ``erase_user("ALICE")`` would destroy the key of ``"alice"``."""
+        try:
+            async with engine.connect() as conn:
+                statement = await conn.run_sync(inexact_user_ids)
+        except (SQLAlchemyError, OSError) as exc:
+            raise self._failed(exc) from exc
+        if statement is None:
+            return
+        try:
+            async with engine.begin() as conn:
+                await conn.exec_driver_sql(statement)
+        except (SQLAlchemyError, OSError) as exc:
+            if is_connection_error(exc):
+                raise self._failed(exc) from exc
+            raise EncryptionError(
+                f"the keyring {self.keyring_url} compares user ids without case, accents or "
+                "trailing spaces (made by an earlier version), and could not be changed: "
+                f"{str(getattr(exc, 'orig', None) or exc).splitlines()[0]}. Run this once "
+                f"with a role that may alter its table, then try again: {statement}"
+            ) from exc
 
     async def _has_tables(self, engine: AsyncEngine, *, quiet: bool = True) -> bool:
         """Whether the keyring's tables are there (not when the database cannot be used,

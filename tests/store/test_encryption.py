@@ -440,6 +440,17 @@ async def test_a_keyring_older_than_a_users_first_key_makes_no_new_key_for_them(
         carol = ContextEngine(store=store, chat_id="c-carol", user_id="carol")
         carol.set(user("a new user saves as before"))
         await carol.save()
+
+    class Bare:  # a provider of the three methods alone: it cannot tell a destroyed key
+        get_data_key, create_data_key = stale.get_data_key, stale.create_data_key
+        destroy_data_key = stale.destroy_data_key
+
+    async with SqlContextStore(url, encryption=Bare()) as store:
+        bare = ContextEngine(store=store, chat_id="c-bob-3", user_id="bob")
+        bare.set(user("more from bob"))
+        with pytest.raises(EncryptionError, match="cannot say whether it destroyed"):
+            await bare.save()
+    await stale.aclose()
     async with (
         LocalKeyProvider(master, keyring) as provider,
         SqlContextStore(url, encryption=provider) as store,
@@ -975,6 +986,68 @@ async def test_a_mariadb_keyring_made_before_exact_user_ids_is_changed_when_open
                 assert (await conn.execute(text(column))).scalar() == "utf8mb4_nopad_bin"
         finally:
             await engine.dispose()
+
+
+async def test_an_older_mariadb_keyring_a_role_cannot_alter_is_refused_naming_the_statement() -> (
+    None
+):
+    """A keyring role without ALTER cannot change the column: the provider refuses the keyring
+    (quoting what to run) instead of going on with user ids that match each other."""
+    require_backend("mariadb")
+    role = f"acnoalter{secrets.token_hex(3)}"
+    with fresh_database("mariadb", "ackeys") as keyring:
+        parsed = make_url(keyring)
+        master = secrets.token_bytes(32)
+        async with LocalKeyProvider(master, keyring) as provider:
+            alice = await provider.create_data_key("alice")
+        engine = create_async_engine(keyring)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(
+                    text(
+                        "ALTER TABLE agentcontext_data_keys MODIFY user_id VARCHAR(255) "
+                        "CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL"
+                    )
+                )
+                await conn.execute(text(f"CREATE USER '{role}'@'%' IDENTIFIED BY 'pw'"))
+                await conn.execute(
+                    text(
+                        "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON "
+                        f"`{parsed.database}`.* TO '{role}'@'%'"
+                    )
+                )
+            limited = parsed.set(username=role, password="pw").render_as_string(hide_password=False)
+            async with LocalKeyProvider(master, limited) as provider:
+                with pytest.raises(EncryptionError, match="MODIFY user_id") as caught:
+                    await provider.destroy_data_key("ALICE")
+                assert "utf8mb4_nopad_bin" in str(caught.value)
+            async with LocalKeyProvider(master, keyring) as provider:
+                assert await provider.get_data_key("alice") == alice  # nothing destroyed
+        finally:
+            async with engine.begin() as conn:
+                await conn.execute(text(f"DROP USER IF EXISTS '{role}'@'%'"))
+            await engine.dispose()
+
+
+async def test_a_keyring_that_cannot_be_reached_when_a_database_is_first_opened(
+    tmp_path: Path,
+) -> None:
+    """The store opens (its keyring is made with the first key, later) and the database is
+    marked all the same, sealed whole from the start: a value in the clear is corrupt."""
+    import socket
+    import sqlite3
+
+    with socket.socket() as free:  # a port nothing listens on
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    url = f"sqlite+aiosqlite:///{tmp_path / 'data.db'}"
+    down = LocalKeyProvider(secrets.token_bytes(32), f"postgresql+asyncpg://u@127.0.0.1:{port}/k")
+    async with SqlContextStore(url, encryption=down) as store:
+        assert await store.list_chats() == []
+    await down.aclose()
+    with contextlib.closing(sqlite3.connect(tmp_path / "data.db")) as raw:
+        names = {row[0] for row in raw.execute("SELECT name FROM agentcontext_settings")}
+    assert names == {"sealing", "sealing_complete"}
 
 
 async def test_a_new_keyring_opened_by_many_providers_at_once(backend: str, tmp_path: Path) -> None:

@@ -204,9 +204,13 @@ class Database:
             if await self._run_unit("read", self._opened, False):
                 # A role that may only read (a viewer's) cannot record it; the database is
                 # then known by its newest message, as before the setting existed.
-                # The provider's keyring first: a database marked as encrypted has one.
+                # The provider's keyring first, so that a database marked as encrypted has
+                # one; a keyring that cannot be had now is made with the first key (the mark
+                # is what keeps a store without a provider out, and records a database
+                # sealed whole from the start).
                 with contextlib.suppress(ContextError):
                     await self.dialect.sealer.create_keyring()
+                with contextlib.suppress(ContextError):
                     await self._run_unit("write", self.dialect.mark_sealed, False)
             self._ready = True
 

@@ -170,7 +170,7 @@ def _pick(
         else:
             raise InvalidGraphError(f"message {after!r} is not an ancestor of {head_id!r}")
     if not consistent:
-        if conn.execute(select(M.c.id).where(M.c.id == head_id)).first() is None:
+        if conn.execute(select(C.c.id).where(C.c.id == chat_id)).first() is None:
             # Deleted between this read's statements (erase_user, prune, delete_chat of
             # another caller): a chat that is gone, not a chain changed outside the library.
             raise ChatNotFoundError(f"chat {chat_id!r} was deleted while it was being read")

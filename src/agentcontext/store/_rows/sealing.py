@@ -427,13 +427,18 @@ class KeyedSealer:
         ):
             self._forget_at_provider(user_id)  # (another worker may have just made it)
             if (raw := await provider.get_data_key(user_id)) is None:
+                why = (
+                    "that the key provider never held (it has no key of that user, and "
+                    "destroyed none): it is not the keyring the data was written with"
+                    if destroyed_at is not None
+                    else "that the key provider does not hold (it cannot say whether it "
+                    "destroyed one: it has no destroyed_at)"
+                )
                 raise EncryptionError(
-                    f"the chats of user {user_id!r} are sealed under a data key that the key "
-                    "provider never held (it has no key of that user, and destroyed none): it "
-                    "is not the keyring the data was written with, and a new key would hide "
-                    "those chats. Give the store the provider (the keyring) the data was "
-                    "written with; if the user was erased and the chats came back from a "
-                    "backup, delete them first (erase_user)",
+                    f"the chats of user {user_id!r} are sealed under a data key {why}, and a "
+                    "new key would hide those chats. Give the store the provider (the keyring) "
+                    "the data was written with; if the user was erased and the chats came back "
+                    "from a backup, delete them first (erase_user)",
                     key_id=user_id,
                 )
             return raw
