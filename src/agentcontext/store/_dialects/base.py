@@ -255,9 +255,9 @@ class Dialect(abc.ABC):
         self.sealer.whole = self.sealer.whole or complete
 
     def holds_sealed(self, conn: Connection, where: ColumnElement[bool]) -> bool:
-        """Whether the chats ``where`` selects are sealed (the first one found is: a database
-        is encrypted whole, or chat by chat by ``migrate encrypt``)."""
-        found = conn.execute(select(C.c.metadata).where(where).limit(1)).first()
+        """Whether the chats ``where`` selects are sealed (the first by id is: a database is
+        encrypted whole, or chat by chat in the order of their ids by ``migrate encrypt``)."""
+        found = conn.execute(select(C.c.metadata).where(where).order_by(C.c.id).limit(1)).first()
         return found is not None and is_sealed(found[0])
 
     def holds_keyring(self, conn: Connection) -> bool:
