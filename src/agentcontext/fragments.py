@@ -26,6 +26,7 @@ from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, TypeAlias, Union, runtime_checkable
 
+from agentcontext._validate import check_id
 from agentcontext.errors import InvalidInputError, InvalidTypeError
 from agentcontext.messages import Message, Role, TextPart
 
@@ -551,6 +552,8 @@ class _LastAssistantCodec:
 
 
 def _as_message(content: object, *, role: Role, id: str | None, builder: str) -> Message:
+    if id is not None:  # (an empty one became a random id, without a word)
+        check_id(id, f"{builder}(id=...)")
     if isinstance(content, Message):
         if content.role != role:
             raise InvalidInputError(

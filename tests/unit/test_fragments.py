@@ -455,3 +455,15 @@ def test_the_chain_cache_finds_exactly_the_placeholders(
         for i, (role, parts) in enumerate(shapes)
     ]
     assert _placeholders(messages) == {m.id for m in messages if is_empty_assistant_placeholder(m)}
+
+
+@pytest.mark.parametrize("builder", [user, assistant_text])
+def test_a_message_id_given_is_checked_as_every_id(builder: Any) -> None:
+    """An empty id became a random one without a word; a wrong one is refused at once."""
+    with pytest.raises(InvalidInputError, match="must not be empty"):
+        builder("text", id="")
+    with pytest.raises(InvalidInputError, match="limit is 255"):
+        builder("text", id="x" * 256)
+    with pytest.raises(InvalidTypeError):
+        builder("text", id=7)
+    assert builder("text", id="m-1").id == "m-1"
