@@ -20,7 +20,7 @@ async def record(
     store: RecordKeeper, conv: Conversation, renderer: str, result: ResolveResult
 ) -> ResolveResult:
     """Store the prompt and the messages of ``result`` (resolved on the head of ``conv``'s
-    branch) as blobs; ``result`` with its record id."""
+    branch) as blobs, with the report of its window; ``result`` with its record id."""
     assert conv.branch is not None
     stored = await store.create_resolve_record(
         conv.chat_id,
@@ -30,6 +30,8 @@ async def record(
         renderer=renderer,
         system_prompt=result.system_prompt,
         messages=[(message.id, _message_json(message)) for message in result.messages],
+        omitted=result.omitted,
+        estimate=result.estimate,
     )
     return result.model_copy(update={"record_id": stored.id})
 
@@ -52,4 +54,6 @@ async def replay(store: RecordKeeper, chat_id: str, record_id: str) -> ResolveRe
         system_prompt=blobs[found.prompt_blob].decode("utf-8"),
         messages=[Message.model_validate_json(blobs[h]) for h in found.message_blobs],
         record_id=found.id,
+        omitted=found.omitted,
+        estimate=found.estimate,
     )

@@ -106,6 +106,28 @@ async def test_resolve_record_and_replay_byte_for_byte(store: SqlContextStore) -
     assert [r.id for r in await context.list_records()] == [recorded.record_id]
 
 
+async def test_a_windowed_resolve_replays_with_its_report(store: SqlContextStore) -> None:
+    """``replay`` gives back what ``resolve(record=True, window=...)`` returned, the ids the
+    window left out and the tokens it counted included (they came back empty)."""
+    from agentcontext import ContextWindow
+
+    context = engine(store)
+    context.set(role("You are helpful."))
+    for turn in range(12):
+        context.set(user(f"question {turn} " + "words " * 40), assistant_text(f"answer {turn}"))
+    await context.save()
+    recorded = await context.resolve(record=True, window=ContextWindow(400))
+    assert recorded.omitted and recorded.estimate is not None and recorded.record_id
+    replayed = await engine(store).replay(recorded.record_id)
+    assert replayed.model_dump_json() == recorded.model_dump_json()
+    whole = await context.resolve(record=True)  # no window: nothing left out, no estimate
+    again = await context.replay(whole.record_id or "")
+    assert again.omitted == [] and again.estimate is None
+    assert again.model_dump_json() == whole.model_dump_json()
+    [listed] = [r for r in await context.list_records() if r.id == recorded.record_id]
+    assert (listed.omitted, listed.estimate) == (recorded.omitted, recorded.estimate)
+
+
 async def test_one_hundred_turns_store_the_prompt_once(store: SqlContextStore) -> None:
     context = engine(store)
     context.set(role("You are a patient tutor."), hint("Ask before answering."))

@@ -482,8 +482,11 @@ class RecordKeeper(Protocol):
         renderer: str,
         system_prompt: str,
         messages: Sequence[tuple[str, bytes]],
+        omitted: Sequence[str] = (),
+        estimate: int | None = None,
     ) -> ResolveRecord:
-        """Store what a model was shown: the prompt and each message's JSON, as blobs."""
+        """Store what a model was shown: the prompt and each message's JSON, as blobs, and
+        the report of its window (the ids left out, the tokens counted), if it had one."""
 
     @abc.abstractmethod
     async def get_resolve_record(self, record_id: str) -> ResolveRecord | None:

@@ -304,7 +304,8 @@ class ResolveRecord(_Record):
     """What one ``resolve(record=True)`` showed the model.
 
     The rendered system prompt and each message (its JSON) are blobs, so a prompt repeated
-    over many turns is stored once; ``replay`` rebuilds the exact result from them.
+    over many turns is stored once; ``replay`` rebuilds the exact result from them, with the
+    report of a window (``omitted``, ``estimate``).
     """
 
     id: str
@@ -317,6 +318,10 @@ class ResolveRecord(_Record):
     message_ids: list[str]
     message_blobs: list[str]
     created_at: AwareDatetime
+    omitted: list[str] = Field(default_factory=list)
+    """The ids ``resolve(window=...)`` left out (``ResolveResult.omitted``)."""
+    estimate: int | None = None
+    """The tokens it counted for its window (``ResolveResult.estimate``; None without one)."""
 
 
 class ChatExport(BaseModel):

@@ -622,11 +622,13 @@ class SqlContextStore(ContextStore):
     async def create_resolve_record(
         self, chat_id: str, *, branch_id: str | None, branch_name: str | None,
         head_message_id: str | None, renderer: str, system_prompt: str,
-        messages: Sequence[tuple[str, bytes]],
+        messages: Sequence[tuple[str, bytes]], omitted: Sequence[str] = (),
+        estimate: int | None = None,
     ) -> ResolveRecord:  # fmt: skip
         record, blobs = _snapshots.new_record(
-            chat_id, branch_id, branch_name, head_message_id, renderer, system_prompt, messages
-        )
+            chat_id, branch_id, branch_name, head_message_id, renderer, system_prompt, messages,
+            omitted, estimate,
+        )  # fmt: skip
         write = unit(_snapshots.insert_record, self._dialect, record, blobs)
         await self.db.run("write", write, chat=chat_id)
         return record

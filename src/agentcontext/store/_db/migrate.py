@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from agentcontext.store._db.database import Database
 
-HEAD_REVISION = "0016"
+HEAD_REVISION = "0017"
 """The newest revision of the packaged migrations (a test checks it against Alembic's)."""
 
 MigrateMode = Literal["auto"] | bool

@@ -381,7 +381,8 @@ class SnapshotItemRow(Base):
 
 
 class ResolveRecordRow(Base):
-    """What a model was shown by one ``resolve(record=True)``: prompt and messages as blobs."""
+    """What a model was shown by one ``resolve(record=True)``: prompt and messages as blobs,
+    and the report of its window (revision 0017)."""
 
     __tablename__ = "resolve_records"
 
@@ -393,6 +394,10 @@ class ResolveRecordRow(Base):
     renderer: Mapped[str] = mapped_column(String(255))
     prompt_hash: Mapped[str] = mapped_column(String(64), ForeignKey("blobs.hash"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    window_omitted: Mapped[str | None] = mapped_column(LongText, nullable=True)
+    """The ids a ``resolve(window=...)`` left out, as a JSON array (None without a window)."""
+    window_estimate: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """The tokens that resolve counted for its window (None without a window)."""
 
     __table_args__ = (
         Index("ix_resolve_records_chat_id_created_at", "chat_id", "created_at"),

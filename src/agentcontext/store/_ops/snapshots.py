@@ -3,6 +3,7 @@ Plain functions of a connection; arguments are checked by the caller."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -329,6 +330,8 @@ def insert_record_rows(
             renderer=record.renderer,
             prompt_hash=address(record.prompt_blob),
             created_at=record.created_at,
+            window_omitted=v.dumps(record.omitted) if record.omitted else None,
+            window_estimate=record.estimate,
         )
     )
     if record.message_ids:
@@ -371,6 +374,8 @@ def records(conn: Connection, dialect: Dialect, where: ColumnElement[bool]) -> l
             RR.c.renderer,
             RR.c.prompt_hash,
             RR.c.created_at,
+            RR.c.window_omitted,
+            RR.c.window_estimate,
         )
         .where(where)
         .order_by(RR.c.created_at.desc(), RR.c.id)
@@ -402,6 +407,8 @@ def records(conn: Connection, dialect: Dialect, where: ColumnElement[bool]) -> l
                 "message_ids": [m for m, _ in messages.get(row[0], [])],
                 "message_blobs": [h for _, h in messages.get(row[0], [])],
                 "created_at": row[7],
+                "omitted": json.loads(row[8]) if row[8] else [],
+                "estimate": row[9],
             },
         )
         for row in rows
@@ -567,6 +574,8 @@ def new_record(
     renderer: object,
     system_prompt: object,
     messages: object,
+    omitted: object = (),
+    estimate: object = None,
 ) -> tuple[ResolveRecord, dict[str, tuple[bytes, str]]]:
     """A checked resolve record to store (``create_resolve_record``) and its blobs."""
     v.check_id(chat_id, "chat_id")
@@ -588,5 +597,14 @@ def new_record(
         message_ids=ids,
         message_blobs=hashes,
         created_at=utcnow(),
+        omitted=_checked_omitted(omitted),
+        estimate=v.check_optional_count(estimate, "estimate"),
     )
     return record, blobs
+
+
+def _checked_omitted(omitted: object) -> list[str]:
+    """The ids a window left out, checked as ids."""
+    if isinstance(omitted, (str, bytes)) or not isinstance(omitted, (list, tuple)):
+        raise InvalidTypeError(f"omitted must be a list of message ids, got {v.type_name(omitted)}")
+    return [v.check_id(item, "omitted[]") for item in omitted]
