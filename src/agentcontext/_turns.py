@@ -121,8 +121,14 @@ class TurnTracker:
         return attempted, with_message_id(fragment, attempted.id)
 
     def reset(self) -> None:
-        """Forget the turn (the engine moved to another branch, or its save rolled back)."""
+        """Forget the turn (the engine moved to another branch)."""
         self.current = self.attempted = None
+
+    def rolled_back(self) -> None:
+        """The transaction the engine followed ended: its placeholder may have gone with it.
+        The user message of a ``begin_turn`` under way is kept (set as the call starts, it
+        makes a retry with the fragment built again that same turn)."""
+        self.current = None
 
     @staticmethod
     def placeholder_for(question: Message, pending: PendingQueue) -> str:

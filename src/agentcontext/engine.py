@@ -245,7 +245,7 @@ class ContextEngine:
         """Hold the engine's lock, initialised; name a chat deleted under the engine clearly."""
         async with self._lock:
             if self._conv.follow_transaction():
-                self._turns.reset()  # its placeholder was rolled back with it
+                self._turns.rolled_back()  # its placeholder may be gone with it
             try:
                 await self._conv.open()
                 yield

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 
 import pytest
@@ -232,3 +233,35 @@ async def test_placeholder_survives_only_until_filled_across_engines(
     messages = (await reader.resolve()).messages
     assert ids(messages)[-1] == placeholder
     assert messages[-1].parts == [ReasoningPart(text="thinking"), TextPart(text="answer")]
+
+
+async def test_a_turn_retried_after_a_transaction_the_engine_followed_is_stored_once(
+    store: SqlContextStore, make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine saved inside a caller's transaction that rolled back; its next ``begin_turn``
+    noticed it, and forgot with it the turn it was beginning: a retry with the fragment built
+    again (a new id, the same words) stored the question twice."""
+    from agentcontext._turns import TurnTracker
+
+    class Undo(Exception):
+        pass
+
+    engine = make_engine()
+    engine.set(user("first", id="f1"))
+    await engine.save()
+    with contextlib.suppress(Undo):
+        async with store.begin():  # a save inside a caller's transaction, rolled back
+            engine.set(user("undone", id="u1"))
+            await engine.save()
+            raise Undo
+
+    def outcome_lost(*_args: object) -> str:  # the turn is stored; the caller never hears it
+        raise asyncio.CancelledError
+
+    with monkeypatch.context() as patch:
+        patch.setattr(TurnTracker, "begun", outcome_lost)
+        with pytest.raises(asyncio.CancelledError):
+            await engine.begin_turn(user("the question"))
+    await engine.begin_turn(user("the question"))  # built again: another id
+    await engine.complete_turn(assistant_text("the answer"))
+    assert texts(await make_engine().get_messages()) == ["first", "the question", "the answer"]
