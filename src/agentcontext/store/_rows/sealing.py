@@ -419,8 +419,10 @@ class KeyedSealer:
         keyring is then not the data's (an older backup of it): a new key would hide their
         earlier chats, and the right keyring restored later, the chats sealed meanwhile."""
         provider, holds_sealed = self.provider, self.holds_sealed
-        if holds_sealed is None or (raw := await provider.get_data_key(user_id)) is not None:
-            return await provider.create_data_key(user_id) if holds_sealed is None else raw
+        if holds_sealed is None:
+            return await provider.create_data_key(user_id)
+        if (raw := await provider.get_data_key(user_id)) is not None:
+            return raw
         destroyed_at = getattr(provider, "destroyed_at", None)
         if (destroyed_at is None or await destroyed_at(user_id) is None) and await holds_sealed(
             user_id
