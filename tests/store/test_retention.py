@@ -683,7 +683,7 @@ async def test_sqlite_prune_takes_its_chats_out_of_the_search_index(tmp_path: An
                 rows[0][0]: (b'{"stale": true}', "u", "0000000000000000000000"),
                 rows[1][0]: (rows[1][1], "someone-else", "0000000000000000000000"),
             }
-            await conn.run_sync(lambda c: SqliteDialect().unindex_chat(c, "keep", stale))
+            await conn.run_sync(lambda c: SqliteDialect().unindex_chats(c, ["keep"], stale))
         assert await _fts_matches(store, "chat", "keep") == 0
         assert await _fts_matches(store, "user", "u") == 0
 

@@ -581,15 +581,15 @@ class Dialect(abc.ABC):
 
     # --- search -------------------------------------------------------------------------------
 
-    def unindex_chat(  # noqa: B027 - optional
-        self, conn: Connection, chat_id: str, ahead: Mapping[int, Any] | None = None
+    def unindex_chats(  # noqa: B027 - optional
+        self, conn: Connection, chat_ids: Sequence[str], ahead: Mapping[int, Any] | None = None
     ) -> None:
-        """Remove a chat's messages from a search index kept apart from their rows, before the
-        rows are deleted (``ahead``: what `unindex_ahead` read of them before the write
-        transaction, used for the rows that did not change since)."""
+        """Remove the messages of some chats from a search index kept apart from their rows,
+        before the rows are deleted (``ahead``: what `unindex_ahead` read of them before the
+        write transaction, used for the rows that did not change since)."""
 
     def unindex_ahead(self, conn: Connection, chat_ids: Sequence[str]) -> Mapping[int, Any]:
-        """What `unindex_chat` will need of these chats' messages, read and computed in a read
+        """What `unindex_chats` will need of these chats' messages, read and computed in a read
         transaction before the write transaction that deletes them, so that the write lock is
         not held for the computing (a retention batch). Empty where nothing is needed."""
         return {}

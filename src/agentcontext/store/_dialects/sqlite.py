@@ -495,21 +495,20 @@ class SqliteDialect(Dialect):
         # A message's FTS5 term text, with the raw data and owner it came from: the write
         # transaction takes it as it is for each row that still has both.
         ahead: dict[int, tuple[Any, str, str]] = {}
-        for chat_id in chat_ids:
-            for seq, raw, user_id, message_id in _chat_rows(conn, chat_id):
-                try:
-                    terms = stored_terms(self, raw, chat_id, message_id, user_id)
-                except ContextError:
-                    continue  # (a damaged row: the write transaction reports it)
-                ahead[int(seq)] = (raw, user_id, fts_terms(terms))
+        for seq, raw, user_id, message_id, chat_id in _chat_rows(conn, chat_ids):
+            try:
+                terms = stored_terms(self, raw, chat_id, message_id, user_id)
+            except ContextError:
+                continue  # (a damaged row: the write transaction reports it)
+            ahead[int(seq)] = (raw, user_id, fts_terms(terms))
         return ahead
 
-    def unindex_chat(
-        self, conn: Connection, chat_id: str, ahead: Mapping[int, Any] | None = None
+    def unindex_chats(
+        self, conn: Connection, chat_ids: Sequence[str], ahead: Mapping[int, Any] | None = None
     ) -> None:
         known = ahead or {}
         batch: list[tuple[int, str]] = []
-        for seq, raw, user_id, message_id in _chat_rows(conn, chat_id):
+        for seq, raw, user_id, message_id, chat_id in _chat_rows(conn, chat_ids):
             found = known.get(seq)
             if found is not None and found[1] == user_id and found[0] == raw:
                 text = found[2]
@@ -527,22 +526,19 @@ class SqliteDialect(Dialect):
 _UNINDEX_CHUNK = 2000
 
 
-def _chat_rows(conn: Connection, chat_id: str) -> Iterator[Any]:
-    """``(seq, raw data, owner, message id)`` of every message of a chat, by ``seq``, read
-    2 000 at a time."""
-    last = -1
-    while True:
-        rows = conn.execute(
-            select(M.c.seq, cast(M.c.data, LargeBinary), C.c.user_id, M.c.id)
-            .join_from(M, C, C.c.id == M.c.chat_id)
-            .where(M.c.chat_id == chat_id, M.c.seq > last)
-            .order_by(M.c.seq)
-            .limit(_UNINDEX_CHUNK)
-        ).all()
-        if not rows:
-            return
-        yield from rows
-        last = rows[-1][0]
+def _chat_rows(conn: Connection, chat_ids: Sequence[str]) -> Iterator[Any]:
+    """``(seq, raw data, owner, message id, chat id)`` of every message of some chats, read
+    2 000 at a time: their ``seq`` first (from an index), then their rows by ``seq``."""
+    for start in range(0, len(chat_ids), _UNINDEX_CHUNK):
+        chunk = list(chat_ids[start : start + _UNINDEX_CHUNK])
+        seqs = sorted(conn.scalars(select(M.c.seq).where(M.c.chat_id.in_(chunk))))
+        for first in range(0, len(seqs), _UNINDEX_CHUNK):
+            yield from conn.execute(
+                select(M.c.seq, cast(M.c.data, LargeBinary), C.c.user_id, M.c.id, M.c.chat_id)
+                .join_from(M, C, C.c.id == M.c.chat_id)
+                .where(M.c.seq.in_(seqs[first : first + _UNINDEX_CHUNK]))
+                .order_by(M.c.seq)
+            ).all()
 
 
 def _unindex_texts(conn: Connection, batch: Sequence[tuple[int, str]]) -> None:

@@ -5,11 +5,24 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Select, delete, func, literal, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Select,
+    bindparam,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    union,
+    update,
+)
+from sqlalchemy import exists as exists_where
+from sqlalchemy.sql.elements import BindParameter
 
 from agentcontext import _validate as v
 from agentcontext.errors import (
@@ -220,12 +233,16 @@ def list_query(
     offset: int,
     older_than: datetime | None = None,
     after: tuple[datetime, str] | None = None,
+    ids: Sequence[str] | None = None,
 ) -> Select[Any]:
     """The SQL of ``list_chats``: the page first (an index walk on (user_id, updated_at, id)),
     then the branch counts of its rows only. Message counts are kept on the chat row.
     ``after``: only the chats that come after that ``(updated_at, id)`` in the order (a
-    keyset cursor)."""
+    keyset cursor); ``ids``: only these chats (looked up by their key, not found among all
+    the others)."""
     page = select(*CHAT_COLS, C.c.message_count).order_by(C.c.updated_at.desc(), C.c.id.desc())
+    if ids is not None:
+        page = page.where(C.c.id.in_(ids))
     if after is not None:
         moment, chat_id = after
         # The bound on updated_at alone is what an index range can start from (the planner
@@ -361,31 +378,75 @@ def delete_chat(conn: Connection, dialect: Dialect, chat_id: str, user_id: str |
     owner = owner_of(conn, chat_id)
     if owner is None or (user_id is not None and owner != user_id):
         return False
-    delete_rows(conn, dialect, chat_id)
+    delete_rows(conn, dialect, [chat_id])
     return True
 
 
+_IDS: BindParameter[list[str]] = bindparam("ids", expanding=True)
+_RECORDS_OF = select(RR.c.id).where(RR.c.chat_id.in_(_IDS))
+_SNAPSHOTS_OF = select(SN.c.id).where(SN.c.chat_id.in_(_IDS))
+_HELD = select(
+    exists_where().where(RR.c.chat_id.in_(_IDS)),
+    exists_where().where(SN.c.chat_id.in_(_IDS)),
+    exists_where().where(K.c.chat_id.in_(_IDS)),
+)
+"""Whether some chats hold resolve records, snapshots, checkpoints: the deletes of what they
+do not hold are skipped (most chats hold none)."""
+_BLOBS_OF = union(
+    select(SI.c.blob_hash).where(SI.c.snapshot_id.in_(_SNAPSHOTS_OF)),
+    select(RR.c.prompt_hash).where(RR.c.chat_id.in_(_IDS)),
+    select(RM.c.blob_hash).where(RM.c.record_id.in_(_RECORDS_OF)),
+)
+"""The blobs some chats' snapshots and resolve records refer to."""
+_DELETE_RECORDS = (
+    ("record_messages", delete(RM).where(RM.c.record_id.in_(_RECORDS_OF))),
+    ("resolve_records", delete(RR).where(RR.c.chat_id.in_(_IDS))),
+)
+_DELETE_SNAPSHOTS = (
+    ("snapshot_items", delete(SI).where(SI.c.snapshot_id.in_(_SNAPSHOTS_OF))),
+    ("snapshots", delete(SN).where(SN.c.chat_id.in_(_IDS))),
+)
+_DELETE_CHECKPOINTS = (("checkpoints", delete(K).where(K.c.chat_id.in_(_IDS))),)
+_DELETE_BRANCHES = delete(B).where(B.c.chat_id.in_(_IDS))
+_DELETE_CHATS = delete(C).where(C.c.id.in_(_IDS))
+
+
 def delete_rows(
-    conn: Connection, dialect: Dialect, chat_id: str, ahead: Mapping[int, Any] | None = None
+    conn: Connection,
+    dialect: Dialect,
+    chat_ids: Sequence[str],
+    ahead: Mapping[int, Any] | None = None,
+    blobs: set[str] | None = None,
 ) -> dict[str, int]:
-    """Delete everything of a chat, children before parents, search entries included; the
-    rows deleted per table (``ahead``: see `Dialect.unindex_ahead`). Blobs stay (see
-    ``_retention.drop_blobs``)."""
-    records = select(RR.c.id).where(RR.c.chat_id == chat_id)
-    snapshot_ids = select(SN.c.id).where(SN.c.chat_id == chat_id)
-    dialect.unindex_chat(conn, chat_id, ahead)
-    counts: dict[str, int] = {}
-    for table, statement in (
-        ("record_messages", delete(RM).where(RM.c.record_id.in_(records))),
-        ("resolve_records", delete(RR).where(RR.c.chat_id == chat_id)),
-        ("snapshot_items", delete(SI).where(SI.c.snapshot_id.in_(snapshot_ids))),
-        ("snapshots", delete(SN).where(SN.c.chat_id == chat_id)),
-        ("checkpoints", delete(K).where(K.c.chat_id == chat_id)),
-        ("branches", delete(B).where(B.c.chat_id == chat_id)),
+    """Delete everything of some chats (at most ``IN_CHUNK`` of them: a statement names each),
+    search entries included, a statement per table for all of them; the rows deleted per
+    table (``ahead``: see `Dialect.unindex_ahead`). Blobs stay (see ``_retention.drop_blobs``);
+    the hashes of those the deleted rows referred to are added to ``blobs``, when given."""
+    ids = {"ids": list(chat_ids)}
+    counts = dict.fromkeys(
+        (
+            "record_messages", "resolve_records", "snapshot_items", "snapshots", "checkpoints",
+            "branches", "messages", "chats",
+        ),
+        0,
+    )  # fmt: skip
+    if not ids["ids"]:
+        return counts
+    records, snapshots, checkpoints = conn.execute(_HELD, ids).one()
+    if blobs is not None and (records or snapshots):
+        blobs.update(conn.scalars(_BLOBS_OF, ids))
+    dialect.unindex_chats(conn, ids["ids"], ahead)
+    for held, statements in (
+        (records, _DELETE_RECORDS),
+        (snapshots, _DELETE_SNAPSHOTS),
+        (checkpoints, _DELETE_CHECKPOINTS),
     ):
-        counts[table] = int(conn.execute(statement).rowcount or 0)
-    counts["messages"] = dialect.delete_messages(conn, M.c.chat_id == chat_id)
-    counts["chats"] = int(conn.execute(delete(C).where(C.c.id == chat_id)).rowcount or 0)
+        if held:
+            for table, statement in statements:
+                counts[table] = int(conn.execute(statement, ids).rowcount or 0)
+    counts["branches"] = int(conn.execute(_DELETE_BRANCHES, ids).rowcount or 0)
+    counts["messages"] = dialect.delete_messages(conn, M.c.chat_id.in_(ids["ids"]))
+    counts["chats"] = int(conn.execute(_DELETE_CHATS, ids).rowcount or 0)
     return counts
 
 

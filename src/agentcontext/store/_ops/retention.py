@@ -100,17 +100,6 @@ def _chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
 # --- whole chats ----------------------------------------------------------------------------
 
 
-def _chat_blobs(conn: Connection, chat_id: str) -> set[str]:
-    """The blobs the chat's snapshots and resolve records refer to."""
-    found: set[str] = set()
-    snapshot_ids = select(SN.c.id).where(SN.c.chat_id == chat_id)
-    record_ids = select(RR.c.id).where(RR.c.chat_id == chat_id)
-    found.update(conn.scalars(select(SI.c.blob_hash).where(SI.c.snapshot_id.in_(snapshot_ids))))
-    found.update(conn.scalars(select(RR.c.prompt_hash).where(RR.c.chat_id == chat_id)))
-    found.update(conn.scalars(select(RM.c.blob_hash).where(RM.c.record_id.in_(record_ids))))
-    return found
-
-
 def drop_blobs(conn: Connection, candidates: set[str]) -> int:
     """Delete those of ``candidates`` nothing refers to any more; how many. Blobs another
     chat's snapshot or record still uses stay."""
@@ -136,9 +125,8 @@ def delete_chats(
     deleted per table (``ahead``: see `Dialect.unindex_ahead`)."""
     counts = dict.fromkeys(TABLES, 0)
     candidates: set[str] = set()
-    for chat_id in chat_ids:
-        candidates |= _chat_blobs(conn, chat_id)
-        for table, deleted in _chats.delete_rows(conn, dialect, chat_id, ahead).items():
+    for chunk in _chunks(chat_ids):  # a statement per table for each chunk of chats
+        for table, deleted in _chats.delete_rows(conn, dialect, chunk, ahead, candidates).items():
             counts[table] += deleted
     counts["blobs"] = drop_blobs(conn, candidates)
     dialect.tidy_search_index(conn, counts["messages"])
@@ -208,11 +196,15 @@ def _delete_batch(
     chats: list[ChatInfo] = []
     if locked:
         query = _chats.list_query(
-            dialect, user_id=user_id, metadata=None, limit=None, offset=0, older_than=cutoff
+            dialect,
+            user_id=user_id,
+            metadata=None,
+            limit=None,
+            offset=0,
+            older_than=cutoff,
+            ids=locked,
         )
-        chats = _chats.list_chats(
-            conn, dialect, query.where(query.selected_columns.id.in_(locked)), sealed_ok=True
-        )
+        chats = _chats.list_chats(conn, dialect, query, sealed_ok=True)
     return chats, delete_chats(conn, dialect, [chat.id for chat in chats], ahead)
 
 
