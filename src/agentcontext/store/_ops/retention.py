@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, delete, exists, select, update
 
@@ -90,6 +91,8 @@ TABLES = (
 """The tables a report counts deleted rows of, in this order."""
 
 _COMPACTION = "compaction"
+
+T = TypeVar("T")
 
 
 def _chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
@@ -224,7 +227,6 @@ async def delete_matching(
     chats: list[ChatInfo] = []
     counts = dict.fromkeys(TABLES, 0)
     budget = _FIRST_BUDGET
-    loop = asyncio.get_running_loop()
     start = 0
     while start < total:
         end, size = start, 0
@@ -237,11 +239,11 @@ async def delete_matching(
         ahead: Mapping[int, Any] = {}
         if not dialect.entries_go_with_rows:
             ahead = await db.run("read", unit(dialect.unindex_ahead, batch))
-        began = loop.time()
-        deleted, rows = await db.run(
-            "write", unit(_delete_batch, dialect, batch, cutoff, user_id, ahead), chat=batch
+        (deleted, rows), took = await db.run(
+            "write",
+            _timed(unit(_delete_batch, dialect, batch, cutoff, user_id, ahead)),
+            chat=batch,
         )
-        took = loop.time() - began
         forget_everywhere(*(chat.id for chat in deleted))
         chats += deleted
         for table, count in rows.items():
@@ -286,6 +288,19 @@ def collect_if_due() -> bool:
         return False
     gc.collect()
     return True
+
+
+def _timed(work: Callable[[Connection], T]) -> Callable[[Connection], tuple[T, float]]:
+    """A unit that also says how long its work took once it ran (seconds): what a batch held
+    its locks for. The wait for a connection or for the write lock, behind busy writers of the
+    same store, is not the batch's work and does not shrink the next one."""
+
+    def run(conn: Connection) -> tuple[T, float]:
+        started = time.perf_counter()
+        result = work(conn)
+        return result, time.perf_counter() - started
+
+    return run
 
 
 def _next_budget(budget: int, size: int, took: float, seconds: float = BATCH_SECONDS) -> int:
@@ -455,7 +470,6 @@ async def purge(
     """Delete the messages of the chat no branch head, checkpoint or compaction tail
     reaches: one transaction makes them unreachable for good, then batches delete them,
     deepest first (see the module's documentation)."""
-    loop = asyncio.get_running_loop()
     deleted = 0
     for _attempt in range(3):
         plan = unit(_purge_plan, dialect, chat_id)
@@ -464,11 +478,10 @@ async def purge(
         try:
             while start < len(gone):
                 batch = gone[start : start + budget]
-                began = loop.time()
-                detached += await db.run(
-                    "write", unit(_purge_batch, dialect, chat_id, batch), chat=chat_id
+                more, took = await db.run(
+                    "write", _timed(unit(_purge_batch, dialect, chat_id, batch)), chat=chat_id
                 )
-                took = loop.time() - began
+                detached += more
                 start += len(batch)
                 deleted += len(batch)
                 if progress is not None:
