@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -275,4 +276,8 @@ def test_a_suggested_command_never_shows_a_url_with_its_password_masked() -> Non
     assert "s3cret" not in shown and "***" not in shown
     assert shown == "agentcontext --url <the same URL> chats --after X"
     plain = Env("sqlite+aiosqlite:///data.db", True, None)  # type: ignore[arg-type]
-    assert plain.command("chats") == "agentcontext --url 'sqlite+aiosqlite:///data.db' chats"
+    assert plain.command("chats") == "agentcontext --url sqlite+aiosqlite:///data.db chats"
+    spaced = Env("sqlite+aiosqlite:///my data.db", True, None)  # type: ignore[arg-type]
+    assert shlex.split(spaced.command("delete", "abc ")) == [
+        "agentcontext", "--url", "sqlite+aiosqlite:///my data.db", "delete", "abc ",
+    ]  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shlex
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,7 +57,7 @@ def test_migrate_lifecycle(empty_url: str, tmp_path: Path) -> None:
     # The command to run names the database; one with a password is not printed (masked, it
     # would be a command that cannot run).
     parsed = make_url(empty_url)
-    shown = "<the same URL>" if parsed.password else f"'{parsed.render_as_string()}'"
+    shown = "<the same URL>" if parsed.password else shlex.quote(parsed.render_as_string())
     assert f"agentcontext --url {shown} migrate upgrade" in err
 
     code, out, _ = migrate("upgrade")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -335,3 +336,37 @@ def test_import_as_and_copy_chat_map_ids_by_one_rule(tmp_path: Path) -> None:
             assert copies["by-api"].snapshots == []
 
     asyncio.run(check())
+
+
+def test_the_commands_an_import_suggests_run_on_exactly_its_words(tmp_path: Path) -> None:
+    """A taken chat id ``"abc "`` beside a chat ``abc``, exported to a file whose name has a
+    space: the suggested ``delete`` command, pasted into a shell, deletes ``"abc "``, not
+    ``abc`` (its words were printed unquoted), and the suggested ``import --as`` names the
+    file whole."""
+    url = sqlite_url(tmp_path / "quoted.db")
+
+    async def seed() -> None:
+        async with SqlContextStore(url) as store:
+            for chat_id in ("abc", "abc "):
+                engine = ContextEngine(store=store, chat_id=chat_id, user_id="u")
+                engine.set(user(f"hello {chat_id!r}"))
+                await engine.save()
+
+    asyncio.run(seed())
+    exported = run_cli("--url", url, "export", "abc ", "-o", "my export.json", cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr
+    taken = run_cli("--url", url, "import", "my export.json", cwd=tmp_path)
+    assert taken.returncode == 1, taken.stderr
+    line = one_error_line(taken)
+    suggested_import = line.split("another id with: ", 1)[1].split(", or ", 1)[0]
+    assert shlex.split(suggested_import)[-4:] == ["import", "my export.json", "--as", "NEW_ID"]
+    suggested_delete = shlex.split(line.split("first with: ", 1)[1])
+    assert suggested_delete[0] == "agentcontext" and suggested_delete[-2:] == ["delete", "abc "]
+    deleted = run_cli(*suggested_delete[1:], cwd=tmp_path)
+    assert deleted.returncode == 0, deleted.stderr
+
+    async def left() -> list[str]:
+        async with SqlContextStore(url) as store:
+            return [chat.id for chat in await store.list_chats()]
+
+    assert asyncio.run(left()) == ["abc"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shlex
 import sys
 from datetime import datetime
 from typing import Any
@@ -246,10 +245,10 @@ async def _chats(args: argparse.Namespace, env: Env) -> int:
     if more:
         words = ["chats"]
         if args.user is not None:
-            words += ["--user", shlex.quote(args.user)]
+            words += ["--user", args.user]
         for key, value in args.meta:
             shown = json.dumps(value)
-            words += ["--meta", shlex.quote(f"{key}={shown}")]
+            words += ["--meta", f"{key}={shown}"]
         if args.limit is not None:
             words += ["--limit", str(args.limit)]
         words += ["--after", chats[-1].cursor]

@@ -150,17 +150,18 @@ class Env:
 
     def command(self, *words: str) -> str:
         """An ``agentcontext`` command line for this database (``--url`` and ``--schema`` only
-        if they were given)."""
+        if they were given), each of ``words`` quoted for a POSIX shell: pasted as printed,
+        it runs on exactly these words (a chat id ``"abc "`` is not the chat ``abc``)."""
         url = ""
         if self.url_explicit:
             # A URL with a password is never printed whole: a placeholder, not a command line
             # that would fail with '***' for a password.
             shown = self.shown_url
-            url = f" --url '{shown}'" if shown == self.url else " --url <the same URL>"
+            url = f" --url {shlex.quote(shown)}" if shown == self.url else " --url <the same URL>"
         schema = ""
         if self.schema_explicit and self.schema is not None:
             schema = f" --schema {shlex.quote(self.schema)}"
-        return "agentcontext" + url + schema + "".join(f" {word}" for word in words)
+        return "agentcontext" + url + schema + "".join(f" {shlex.quote(word)}" for word in words)
 
     def make_store(
         self, *, migrate: Literal["auto", False], encryption: Any = None
