@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from agentcontext import (
+    ChatExistsError,
     ChatExport,
     ContextEngine,
     ContextSnapshot,
@@ -305,3 +307,35 @@ async def test_import_refuses_a_graph_no_save_writes(
     assert await store.list_chats() == []
     await store.import_chat(ChatExport.model_validate(exported))  # the export itself is fine
     assert (await store.export_chat("c")).model_dump(mode="json") == exported
+
+
+async def test_concurrent_creations_of_one_chat_id_leave_one_and_a_chat_exists_error(
+    store: SqlContextStore, store_url: str
+) -> None:
+    """Two stores import one export at once, then copy one chat to one new id at once: one
+    wins, the other gets `ChatExistsError` (on the servers both passed the check that the chat
+    was new, and the loser's insert met the winner's row: a driver's duplicate-key error came
+    out as a `StoreError`)."""
+    engine = ContextEngine(store=store, chat_id="src", user_id="u")
+    for i in range(20):
+        engine.set(user(f"question {i}"), assistant_text(f"answer {i}"))
+    await engine.save()
+    export = await store.export_chat("src")
+    async with SqlContextStore(store_url) as other:
+        for round_ in range(4):
+            await store.delete_chat("src")
+            outcomes = await asyncio.gather(
+                store.import_chat(export), other.import_chat(export), return_exceptions=True
+            )
+            failed = [o for o in outcomes if isinstance(o, BaseException)]
+            assert len(failed) == 1 and isinstance(failed[0], ChatExistsError), outcomes
+            copied = await asyncio.gather(
+                store.copy_chat("src", f"dst-{round_}"),
+                other.copy_chat("src", f"dst-{round_}"),
+                return_exceptions=True,
+            )
+            failed = [o for o in copied if isinstance(o, BaseException)]
+            assert len(failed) == 1 and isinstance(failed[0], ChatExistsError), copied
+    assert len(await store.get_messages("src")) == 40
+    for round_ in range(4):
+        assert len(await store.get_messages(f"dst-{round_}")) == 40

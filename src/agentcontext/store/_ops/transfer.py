@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import Connection, select
+from sqlalchemy.exc import DBAPIError
 
 from agentcontext import _validate as v
 from agentcontext.errors import (
@@ -238,7 +239,37 @@ def import_chat(
             f"message id(s) {', '.join(map(repr, taken[:3]))} of the export exist in this "
             "database already (message ids are global); import the chat under another id"
         )
-    _chats.insert_chat_row(conn, dialect, chat)
+    try:
+        _chats.insert_chat_row(conn, dialect, chat)
+    except DBAPIError as exc:
+        if not dialect.is_unique_violation(exc):
+            raise
+        # Created between the check above and this insert, by a writer of another connection
+        # (an import, a copy, an engine's first save): its transaction committed first.
+        raise ChatExistsError(
+            f"chat {chat.id!r} already exists (another writer created it meanwhile); delete "
+            "it first or use another id"
+        ) from None
+    try:
+        _write_rows(conn, dialect, export, records, held)
+    except DBAPIError as exc:
+        if not dialect.is_unique_violation(exc):
+            raise
+        raise InvalidGraphError(
+            f"ids of the export of chat {chat.id!r} were written to this database by another "
+            "writer while it was imported (ids are global); import the chat under another id"
+        ) from None
+
+
+def _write_rows(
+    conn: Connection,
+    dialect: Dialect,
+    export: ChatExport,
+    records: list[MessageRecord],
+    held: dict[str, tuple[bytes, str]],
+) -> None:
+    """Everything of a checked export but its chat row (inserted already)."""
+    chat = export.chat
     if records:
         _messages.write(conn, dialect, records, {chat.id: 1})
     for branch in export.branches:
