@@ -370,3 +370,35 @@ def test_the_commands_an_import_suggests_run_on_exactly_its_words(tmp_path: Path
             return [chat.id for chat in await store.list_chats()]
 
     assert asyncio.run(left()) == ["abc"]
+
+
+def test_an_import_whose_branch_ids_are_taken_suggests_import_as(tmp_path: Path) -> None:
+    """An export edited by hand to another chat id and other message ids keeps its branch
+    ids, which are global: the import is refused (exit 1, nothing written) with the command
+    that imports a copy under new ids, as for message ids."""
+    url = sqlite_url(tmp_path / "branches.db")
+
+    async def seed() -> None:
+        async with SqlContextStore(url) as store:
+            engine = ContextEngine(store=store, chat_id="abc", user_id="u")
+            engine.set(user("hello"))
+            await engine.save()
+
+    asyncio.run(seed())
+    assert run_cli("--url", url, "export", "abc", "-o", "e.json", cwd=tmp_path).returncode == 0
+    edited = json.loads((tmp_path / "e.json").read_text())
+    edited["chat"]["id"] = "abc2"
+    for message in edited["messages"]:
+        message["chat_id"] = "abc2"
+        message["id"] += "-2"
+        if message.get("parent_id"):
+            message["parent_id"] += "-2"
+    for branch in edited["branches"]:
+        branch["chat_id"] = "abc2"
+        branch["head_message_id"] += "-2"
+    (tmp_path / "e2.json").write_text(json.dumps(edited))
+    result = run_cli("--url", url, "import", "e2.json", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    line = one_error_line(result)
+    assert "branch id" in line and line.endswith("import e2.json --as NEW_ID")
+    assert run_cli("--url", url, "import", "e2.json", "--as", "abc2", cwd=tmp_path).returncode == 0

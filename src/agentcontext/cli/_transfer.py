@@ -14,6 +14,7 @@ from agentcontext._validate import check_id
 from agentcontext.cli._common import EXIT_OK, Env, open_store
 from agentcontext.cli._output import count
 from agentcontext.errors import (
+    BranchExistsError,
     ChatExistsError,
     ContextError,
     InvalidGraphError,
@@ -161,6 +162,11 @@ async def _import(args: argparse.Namespace, env: Env) -> int:
                 f"chat {chat_id!r} already exists in {env.where}; import a copy under "
                 f"another id with: {env.command('import', args.file, '--as', 'NEW_ID')}, or "
                 f"delete the existing chat first with: {env.command('delete', chat_id)}"
+            ) from None
+        except BranchExistsError as exc:  # a branch id of the export is taken (ids are global)
+            raise BranchExistsError(
+                f"cannot import {where} into {env.where}: {exc}; import a copy with new "
+                f"ids with: {env.command('import', args.file, '--as', 'NEW_ID')}"
             ) from None
         except InvalidGraphError as exc:
             raise InvalidGraphError(
