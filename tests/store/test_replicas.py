@@ -603,6 +603,35 @@ async def test_replica_engines_made_from_urls_share_the_options_and_are_disposed
         await asyncio.sleep(0.05)
 
 
+async def test_a_replica_of_another_database_is_never_read_from(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replica URL naming another database of the standby (a typo, a copied setting): its
+    position is the server's log, ahead of every floor, and its chats were served as the
+    primary's. The store asks both servers what a standby shares with its primary (the
+    cluster and the database) and reads nothing there."""
+    other = create_pg_database("acother")
+    try:
+        async with SqlContextStore(other) as elsewhere:
+            await _save_turn(elsewhere, "c1", "wrong database")
+        async with SqlContextStore(pair.primary) as writer:
+            await _save_turn(writer, "c1", "right database")
+        wrong = pair.standby.url(other.rsplit("/", 1)[1])
+        await _wait_for(wrong)
+        await _replayed(pair.primary, pair.replica)
+        await _replayed(other, wrong)
+        async with SqlContextStore(pair.primary, read_replicas=[wrong]) as store:
+            with caplog.at_level(logging.WARNING, logger="agentcontext"):
+                assert await _history(store, "c1") == ["right database", "re: right database"]
+                assert [chat.id for chat in await store.list_chats()] == ["c1"]
+                assert await _history(store, "c1") == ["right database", "re: right database"]
+            assert "is not a replica of the primary's database" in caplog.text
+            replica = store.db.replicas.replicas[0]  # type: ignore[union-attr]
+            assert replica.reads == 0
+    finally:
+        drop_pg_database(other)
+
+
 # --- without a standby ------------------------------------------------------------------------------
 
 

@@ -115,6 +115,7 @@ class Replica:
         "engine",
         "failures",
         "heard_at",
+        "identified",
         "name",
         "owned",
         "position",
@@ -130,6 +131,8 @@ class Replica:
         self.name = engine.url.render_as_string(hide_password=True)
         self.position = 0
         """The highest replayed position seen (a lower bound of the replica's position now)."""
+        self.identified = False
+        """Whether it was found to replicate the primary's database (`Dialect.replica_identity`)."""
         self.checked_at = float("-inf")
         """When the query that gave `position` started (event loop time)."""
         self.down_until = float("-inf")
@@ -187,6 +190,9 @@ class Replicas:
         """By task: where the task's last read ran (`Pin`)."""
         self._abandoned: set[asyncio.Future[Any]] = set()
         """Calls given up on (cancelled, settling in the background)."""
+        self._primary_identity: tuple[Any, ...] | None = None
+        """`Dialect.replica_identity` of the primary, asked before the first replica read."""
+        self._identity_asked = False
 
     # --- what this store wrote ------------------------------------------------------------------
 
@@ -337,6 +343,10 @@ class Replicas:
         primary. ``owner`` (the calling task) reads where it last read (see the module's
         docstring)."""
         floor = await self.floor(db, chats)
+        if not self._identity_asked:
+            # What its replicas must share with it, asked once before any is read from.
+            self._primary_identity = await db.on_primary("read", self.dialect.replica_identity)
+            self._identity_asked = True
         loop = asyncio.get_running_loop()
         pin = None if owner is None else self._pins.get(owner)
         if pin is not None and pin.expires <= loop.time():
@@ -491,8 +501,11 @@ class Replicas:
     async def _ask(self, replica: Replica) -> None:
         """One position query to ``replica``; what it says (or that it failed) is noted."""
         started = asyncio.get_running_loop().time()
+        check = self._primary_identity if not replica.identified else None
         try:
-            position = await greenlet_spawn(self._position, replica.sync_engine)
+            position, identity = await greenlet_spawn(
+                self._position, replica.sync_engine, check is not None
+            )
         except ContextError:
             raise
         except (SQLAlchemyError, OSError, TimeoutError) as exc:
@@ -501,15 +514,29 @@ class Replicas:
         if position is None:
             self._skip(replica, "primary", self.dialect.not_a_replica)
             return
+        if check is not None:
+            if identity != check:
+                self._skip(
+                    replica,
+                    "other",
+                    "is not a replica of the primary's database (another database, or a "
+                    "server of another cluster); check the URLs of read_replicas",
+                )
+                return
+            replica.identified = True
         replica.position = max(replica.position, position)
         replica.checked_at = started
         replica.heard_at = asyncio.get_running_loop().time()
         replica.failures = 0
 
-    def _position(self, engine: Engine) -> int | None:
+    def _position(self, engine: Engine, identify: bool) -> tuple[int | None, Any]:
+        """The replica's replayed position and, when ``identify``, its
+        `Dialect.replica_identity`."""
         with engine.connect() as conn:
             self.dialect.prepare(conn, "read")
-            return self.dialect.replay_position(conn)
+            position = self.dialect.replay_position(conn)
+            identity = self.dialect.replica_identity(conn) if identify else None
+            return position, identity
 
     def _skip(self, replica: Replica, kind: str, reason: str) -> None:
         now = asyncio.get_running_loop().time()

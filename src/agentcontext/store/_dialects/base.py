@@ -297,6 +297,12 @@ class Dialect(abc.ABC):
         is not a replica."""
         return None
 
+    def replica_identity(self, conn: Connection) -> tuple[Any, ...] | None:
+        """What a replica shares with its primary and no other server does (PostgreSQL: the
+        cluster's system identifier and the database's oid), asked of both: a "replica" of
+        another database or another cluster is not read from. None where not checked."""
+        return None
+
     def format_token(self, position: int) -> str:
         """A position of the primary's log as a consistency token (PostgreSQL's LSN text)."""
         return tokens.format_token(position)

@@ -120,8 +120,19 @@ than slicing one flat array."""
 
 
 _WRITE_POSITION = "SELECT pg_current_wal_insert_lsn() - CAST('0/0' AS pg_lsn)"
-_REPLAY_POSITION = "SELECT pg_last_wal_replay_lsn() - CAST('0/0' AS pg_lsn)"
-"""WAL positions (LSNs) as byte offsets, compared as numbers."""
+_REPLAY_POSITION = (
+    "SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() - CAST('0/0' AS pg_lsn) END"
+)
+"""WAL positions (LSNs) as byte offsets, compared as numbers. NULL on a server not in recovery:
+a promoted standby keeps its last replayed position, but no longer follows the primary."""
+
+_REPLICA_IDENTITY = (
+    "SELECT (SELECT system_identifier FROM pg_control_system()), d.oid "
+    "FROM pg_database AS d WHERE d.datname = current_database()"
+)
+"""The cluster's system identifier (kept by its physical standbys, new in any other cluster)
+and the database's oid (the same on a standby): a standby's other database, or another
+cluster's, differs in one of them."""
 
 _INT4_ARRAY = postgresql.ARRAY(Integer())
 
@@ -227,9 +238,13 @@ class PostgresDialect(Dialect):
         return None if value is None else int(value)
 
     def replay_position(self, conn: Connection) -> int | None:
-        # NULL on a server that is not in recovery (not a standby).
+        # NULL on a server that is not in recovery (not a standby, or one promoted since).
         value = conn.exec_driver_sql(_REPLAY_POSITION).scalar_one()
         return None if value is None else int(value)
+
+    def replica_identity(self, conn: Connection) -> tuple[Any, ...] | None:
+        row = conn.exec_driver_sql(_REPLICA_IDENTITY).one()
+        return (int(row[0]), int(row[1]))
 
     def encode_time(self, moment: datetime) -> datetime:
         return moment.astimezone(UTC)
