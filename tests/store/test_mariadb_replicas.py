@@ -220,6 +220,30 @@ async def test_a_server_that_is_not_a_replica_is_skipped(
         assert store.db.replicas.primary_reads > 0  # type: ignore[union-attr]
 
 
+async def test_a_replica_url_of_another_database_is_never_read_from(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replica holds every database of its primary: a replica URL naming another of them
+    (its GTID position says it is caught up) read another store's chats as the primary's."""
+    other = f"acother_{next(_NAMES)}"
+    pair.servers.primary.sql(f"CREATE DATABASE {other}")
+    try:
+        async with SqlContextStore(pair.servers.primary.url(other)) as elsewhere:
+            await _save_turn(elsewhere, "c1", "wrong database")
+        async with SqlContextStore(pair.primary) as writer:
+            await _save_turn(writer, "c1", "right database")
+        await pair.caught_up()
+        wrong = pair.servers.replica.url(other)
+        async with SqlContextStore(pair.primary, read_replicas=[wrong]) as store:
+            with caplog.at_level(logging.WARNING, logger="agentcontext"):
+                assert await _history(store, "c1") == ["right database", "re: right database"]
+                assert [chat.id for chat in await store.list_chats()] == ["c1"]
+            assert "is not a replica of the primary's database" in caplog.text
+            assert store.db.replicas.replicas[0].reads == 0  # type: ignore[union-attr]
+    finally:
+        pair.servers.primary.sql(f"DROP DATABASE IF EXISTS {other}")
+
+
 async def test_a_primary_without_a_binary_log_is_refused(pair: Pair) -> None:
     """The suite's own server runs without a binary log: no position to wait by."""
     url = create_mariadb_database("acnobinlog")

@@ -299,8 +299,9 @@ class Dialect(abc.ABC):
 
     def replica_identity(self, conn: Connection) -> tuple[Any, ...] | None:
         """What a replica shares with its primary and no other server does (PostgreSQL: the
-        cluster's system identifier and the database's oid), asked of both: a "replica" of
-        another database or another cluster is not read from. None where not checked."""
+        cluster's system identifier and the database's oid; MariaDB/MySQL: the database the
+        store's tables are in), asked of both: a "replica" of another database (or another
+        PostgreSQL cluster) is not read from. None where not checked."""
         return None
 
     def format_token(self, position: int) -> str:

@@ -272,6 +272,13 @@ class MySQLDialect(Dialect):
     def replay_position(self, conn: Connection) -> int | None:
         return replay_position(conn, self.domain)
 
+    def replica_identity(self, conn: Connection) -> tuple[Any, ...] | None:
+        # A replica holds every database of its primary: a URL naming another one of them
+        # reads another store. With schema=, both name the tables in it.
+        if self.schema is not None:
+            return (self.schema,)
+        return (conn.exec_driver_sql("SELECT DATABASE()").scalar_one(),)
+
     def format_token(self, position: int) -> str:
         return format_token(position, self.domain)
 
