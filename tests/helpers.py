@@ -8,7 +8,11 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from agentcontext.store import MessageRecord
+from sqlalchemy import func, select
+
+from agentcontext.store import MessageRecord, SqlContextStore
+from agentcontext.store._db.schema import Base
+from agentcontext.store._ops.retention import TABLES
 
 
 def msg_data(text: str, role: str = "user", **extra: Any) -> dict[str, Any]:
@@ -64,3 +68,13 @@ def run_in_threads(
     for thread in threads:
         thread.join(timeout=max(0.0, deadline - time.monotonic()))
     return [thread for thread in threads if thread.is_alive()]
+
+
+async def table_counts(store: SqlContextStore) -> dict[str, int]:
+    """Rows per table a retention report counts, as the database counts them."""
+    tables = Base.metadata.tables
+    async with store.engine.connect() as conn:
+        return {
+            name: int(await conn.scalar(select(func.count()).select_from(tables[name])) or 0)
+            for name in TABLES
+        }

@@ -36,24 +36,13 @@ from agentcontext import (
     user,
 )
 from agentcontext.store import SqlContextStore
-from agentcontext.store._db.schema import Base
 from agentcontext.store._db.schema import chats as C
 from agentcontext.store._db.schema import messages as M
 from agentcontext.store._ops.retention import TABLES, collect_if_due
 from agentcontext.store.records import MessageRecord, compaction_id
-from tests.helpers import chain, rec
+from tests.helpers import chain, rec, table_counts
 
 FILLER = "the ledger balances while the quick brown fox jumps"
-
-
-async def _counts(store: SqlContextStore) -> dict[str, int]:
-    """Rows per table, as the database counts them."""
-    tables = Base.metadata.tables
-    async with store.engine.connect() as conn:
-        return {
-            name: int(await conn.scalar(select(func.count()).select_from(tables[name])) or 0)
-            for name in TABLES
-        }
 
 
 async def _age(store: SqlContextStore, chat_id: str, days: int) -> None:
@@ -98,13 +87,13 @@ async def test_prune_deletes_old_chats_with_their_rows_and_private_blobs(
         await _chat_with_everything(store, chat_id, user_id)
     await _age(store, "old-a", 100)
     await _age(store, "old-b", 50)
-    before = await _counts(store)
+    before = await table_counts(store)
 
     only_u1 = await store.prune(older_than=timedelta(days=30), user_id="u1")
     assert isinstance(only_u1, PruneReport)
     assert only_u1.chat_ids == ["old-a"] and only_u1.user_id == "u1"
     assert only_u1.chats[0].message_count == 7 and only_u1.chats[0].branch_count == 2
-    middle = await _counts(store)
+    middle = await table_counts(store)
     assert only_u1.deleted == {name: before[name] - middle[name] for name in TABLES}
     assert only_u1.deleted["chats"] == 1 and only_u1.deleted["messages"] == 7
     # Its private file and its record's blobs went; the shared file stays for the others.
@@ -113,7 +102,7 @@ async def test_prune_deletes_old_chats_with_their_rows_and_private_blobs(
     assert PruneReport.model_validate_json(only_u1.model_dump_json()) == only_u1
     everyone = await store.prune(older_than=datetime.now(UTC) - timedelta(days=30))
     assert everyone.chat_ids == ["old-b"]
-    after = await _counts(store)
+    after = await table_counts(store)
     assert everyone.deleted == {name: middle[name] - after[name] for name in TABLES}
     assert [c.id for c in await store.list_chats()] == ["new-c"]
     snapshot = (await store.list_snapshots("new-c"))[0]
@@ -170,13 +159,13 @@ async def test_erase_user_receipt_matches_the_database(store: SqlContextStore) -
     for chat_id, user_id in (("a1", "alice"), ("a2", "alice"), ("b1", "bob")):
         await _chat_with_everything(store, chat_id, user_id)
     await _age(store, "a2", 3)
-    before = await _counts(store)
+    before = await table_counts(store)
     bob_export = await store.export_chat("b1")
 
     receipt = await store.erase_user("alice")
     assert isinstance(receipt, ErasureReport)
     assert receipt.user_id == "alice" and receipt.chat_ids == ["a2", "a1"]
-    after = await _counts(store)
+    after = await table_counts(store)
     assert receipt.deleted == {name: before[name] - after[name] for name in TABLES}
     assert receipt.deleted["chats"] == 2 and receipt.deleted["messages"] == 14
     assert receipt.deleted["snapshots"] == 2 and receipt.deleted["resolve_records"] == 2
@@ -414,7 +403,7 @@ async def test_copy_chat_refusals_write_nothing(store: SqlContextStore) -> None:
     assert main is not None
     await store.append_messages(main.id, chain("src", 3), expected_head=None)
     await store.create_chat("taken", user_id="u")
-    before = await _counts(store)
+    before = await table_counts(store)
     with pytest.raises(ChatExistsError):
         await store.copy_chat("src", "taken")
     with pytest.raises(ChatNotFoundError):
@@ -429,7 +418,7 @@ async def test_copy_chat_refusals_write_nothing(store: SqlContextStore) -> None:
 
     with pytest.raises(InvalidGraphError):
         await store.copy_chat("src", "new", up_to="x0")
-    after = await _counts(store)
+    after = await table_counts(store)
     assert after["chats"] == before["chats"] + 1 and after["messages"] == before["messages"] + 1
     assert await store.get_chat("new") is None
 
@@ -603,7 +592,7 @@ async def test_prune_deletes_whole_chats_a_batch_at_a_time(store: SqlContextStor
     after each; the report counts exactly what the database lost."""
     ids = await _old_chats(store, 12, 120)
     await store.create_chat("young", user_id="u")
-    before = await _counts(store)
+    before = await table_counts(store)
     commits = _commits(store)
     seen: list[tuple[int, int]] = []
     report = await store.prune(
@@ -613,7 +602,7 @@ async def test_prune_deletes_whole_chats_a_batch_at_a_time(store: SqlContextStor
     assert commits[0] >= 3, "a prune of 1 440 messages ran in fewer than three transactions"
     assert seen[-1] == (12, 12) and len(seen) >= 3
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
-    after = await _counts(store)
+    after = await table_counts(store)
     assert {t: before[t] - after[t] for t in TABLES} == report.deleted
     assert [c.id for c in await store.list_chats()] == ["young"]
 
@@ -707,7 +696,7 @@ async def test_a_prune_cut_short_leaves_whole_chats_and_finishes_when_run_again(
     left = [chat.id for chat in listed]
     assert 0 < len(left) < len(ids)
     assert all(chat.message_count == 150 for chat in listed)  # what is left is whole
-    assert (await _counts(store))["messages"] == 150 * len(left)
+    assert (await table_counts(store))["messages"] == 150 * len(left)
     again = await store.prune(older_than=timedelta(days=30))
     assert sorted(again.chat_ids) == sorted(left)
     assert again.deleted["messages"] == 150 * len(left)
@@ -739,12 +728,12 @@ async def test_a_save_never_waits_for_the_whole_prune(store: SqlContextStore) ->
 async def test_erase_user_in_batches_keeps_exact_receipts(store: SqlContextStore) -> None:
     ids = await _old_chats(store, 9, 150, user_id="leaving")
     await _chat_with_everything(store, "stays", "zed")
-    before = await _counts(store)
+    before = await table_counts(store)
     commits = _commits(store)
     receipt = await store.erase_user("leaving")
     assert sorted(receipt.chat_ids) == sorted(ids)
     assert commits[0] >= 3
-    after = await _counts(store)
+    after = await table_counts(store)
     assert {t: before[t] - after[t] for t in TABLES} == receipt.deleted
     assert [c.id for c in await store.list_chats()] == ["stays"]
 
@@ -780,7 +769,7 @@ async def test_purge_deletes_in_batches_and_a_rewind_meanwhile_is_kept(
     assert len(kept) == 801
     assert report.kept_messages >= 801
     assert (await store.get_message("c-1499")) is None
-    assert (await _counts(store))["messages"] == 801
+    assert (await table_counts(store))["messages"] == 801
     assert len(progress) >= 2
 
 

@@ -10,21 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import event, func, select
+from sqlalchemy import event
 
 from agentcontext import ContextEngine, ContextSnapshot, assistant, user
 from agentcontext.store import SqlContextStore
-from agentcontext.store._db.schema import Base
 from agentcontext.store._ops.retention import TABLES
-
-
-async def _counts(store: SqlContextStore) -> dict[str, int]:
-    tables = Base.metadata.tables
-    async with store.engine.connect() as conn:
-        return {
-            name: int(await conn.scalar(select(func.count()).select_from(tables[name])) or 0)
-            for name in TABLES
-        }
+from tests.helpers import table_counts
 
 
 async def _plain_chat(store: SqlContextStore, chat_id: str, user_id: str) -> None:
@@ -60,11 +51,11 @@ async def test_a_batch_mixing_plain_and_full_chats_reports_exactly_what_went(
     await _full_chat(store, "full-a", "alice", shared)
     await _full_chat(store, "full-b", "alice", shared)
     await _full_chat(store, "bobs", "bob", shared)
-    before = await _counts(store)
+    before = await table_counts(store)
 
     report = await store.erase_user("alice")
 
-    after = await _counts(store)
+    after = await table_counts(store)
     assert report.deleted == {name: before[name] - after[name] for name in TABLES}
     assert report.deleted["chats"] == 14
     assert report.deleted["snapshots"] == 2 and report.deleted["resolve_records"] == 2
